@@ -1,0 +1,139 @@
+"""The control endpoint ("backdoor") of an emulated lab: HTTP + JSON, for tests and HIL CI.
+
+    GET    /v1/emulators                      every emulator, its endpoints, timing, faults
+    GET    /v1/emulators/{id}                 one emulator with its current state
+    GET    /v1/emulators/{id}/truth?since=N   true state and every physical change after N
+    POST   /v1/emulators/{id}/faults          inject: {"kind": "drop"|"stall"|"garbage"|
+                                              "delay"|"fail_port"|"restore_port", "count",
+                                              "delay_ms", "apply", "port", "now"}
+    DELETE /v1/emulators/{id}/faults          clear every fault
+    PUT    /v1/emulators/{id}/timing          {"switch_time_ms", "jitter_ms", "per_pair_ms", "seed"}
+    POST   /v1/emulators/{id}/reset           back to power-on defaults
+    POST   /v1/reset                          reset every emulator
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from emulators.lab import EmulatedLab
+
+
+class FaultBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    count: int | None = Field(default=None, ge=1)
+    delay_ms: float = Field(default=0.0, ge=0)
+    apply: bool = False
+    port: int | None = None
+    now: bool = False
+
+
+class TimingBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    switch_time_ms: float | None = Field(default=None, ge=0)
+    jitter_ms: float | None = Field(default=None, ge=0)
+    per_pair_ms: float | None = Field(default=None, ge=0)
+    seed: int | None = None
+
+
+def create_app(lab: EmulatedLab) -> FastAPI:
+    app = FastAPI(title="labd emulator control", version="1")
+
+    @app.exception_handler(KeyError)
+    async def _unknown(request: Request, exc: KeyError) -> JSONResponse:
+        return JSONResponse({"detail": exc.args[0]}, status_code=404)
+
+    @app.exception_handler(ValueError)
+    async def _invalid(request: Request, exc: ValueError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.get("/v1/emulators")
+    async def list_emulators() -> list[dict[str, Any]]:
+        return [lab.describe(i) for i in lab.devices]
+
+    @app.get("/v1/emulators/{emulator_id}")
+    async def get_emulator(emulator_id: str) -> dict[str, Any]:
+        return lab.describe(emulator_id)
+
+    @app.get("/v1/emulators/{emulator_id}/truth")
+    async def truth(emulator_id: str, since: int = Query(0, ge=0)) -> dict[str, Any]:
+        return lab.truth(emulator_id, since)
+
+    @app.post("/v1/emulators/{emulator_id}/faults")
+    async def inject(emulator_id: str, body: FaultBody) -> dict[str, Any]:
+        data = body.model_dump(exclude_none=True)
+        if body.count is None and "count" in body.model_fields_set:
+            data["count"] = None
+        return lab.inject(emulator_id, data)
+
+    @app.delete("/v1/emulators/{emulator_id}/faults")
+    async def clear(emulator_id: str) -> dict[str, Any]:
+        lab.clear_faults(emulator_id)
+        return lab.describe(emulator_id)
+
+    @app.put("/v1/emulators/{emulator_id}/timing")
+    async def timing(emulator_id: str, body: TimingBody) -> dict[str, Any]:
+        return lab.set_timing(emulator_id, body.model_dump(exclude_none=True))
+
+    @app.post("/v1/emulators/{emulator_id}/reset")
+    async def reset_one(emulator_id: str) -> dict[str, Any]:
+        lab.reset(emulator_id)
+        return lab.describe(emulator_id)
+
+    @app.post("/v1/reset")
+    async def reset_all() -> dict[str, str]:
+        lab.reset()
+        return {"status": "reset"}
+
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling: the process that embeds the lab owns signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def install_signal_handlers(self) -> None:
+        pass
+
+
+class ControlServer:
+    def __init__(self, lab: EmulatedLab, host: str, port: int) -> None:
+        self.app = create_app(lab)
+        self.host, self.port = host, port
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        host, port = sock.getsockname()[:2]
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off")
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]),
+                                         name="emulator-control")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.005)
+        return f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, 5)

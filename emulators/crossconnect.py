@@ -1,0 +1,185 @@
+"""The physical state of an optical circuit switch: which port is joined to which, port
+health, settling mirrors. Protocol interfaces (SCPI, TL1) share one model per device."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from emulators.timing import TimingModel
+from emulators.truth import Change, GroundTruth
+
+Pair = tuple[int, int]
+DARK_DBM = -60.0
+
+
+@dataclass
+class ModelError(Exception):
+    """A request the switch refuses. ``reason``: range, side, busy, failed, duplicate, self."""
+
+    reason: str
+    port: int
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SwitchModel:
+    """An NxM switch (ingress 1..N, egress N+1..N+M) or, with ``egress == 0``, an
+    any-to-any switch of N ports."""
+
+    def __init__(self, name: str, ingress: int, egress: int, *, timing: TimingModel,
+                 busy_policy: str = "deny", input_dbm: float = -3.0,
+                 loss_db: float = 1.2) -> None:
+        if busy_policy not in ("deny", "replace"):
+            raise ValueError("busy_policy must be 'deny' or 'replace'")
+        self.name = name
+        self.ingress, self.egress = ingress, egress
+        self.timing = timing
+        self.truth = GroundTruth(name)
+        self.busy_policy = busy_policy
+        self.input_dbm, self.loss_db = input_dbm, loss_db
+        self.connections: dict[int, int] = {}
+        self._partner: dict[int, int] = {}
+        self.port_state: dict[int, str] = {}  # only ports not enabled: "D" or "F"
+        self.listeners: list[Callable[[Change], None]] = []
+        self.port_listeners: list[Callable[[int, str], None]] = []
+
+    @property
+    def ports(self) -> int:
+        return self.ingress + self.egress
+
+    @property
+    def any_to_any(self) -> bool:
+        return self.egress == 0
+
+    # -- queries -------------------------------------------------------------------------
+    def partner(self, port: int) -> int | None:
+        return self._partner.get(port)
+
+    def state_of(self, port: int) -> str:
+        return self.port_state.get(port, "E")
+
+    def power_dbm(self, port: int) -> float:
+        """Light at a port: ingress ports see the launch power, a connected egress port the
+        launch power less insertion loss; failed or shuttered paths are dark."""
+        if self.state_of(port) != "E":
+            return DARK_DBM
+        if not self.any_to_any and port <= self.ingress:
+            return self.input_dbm
+        other = self._partner.get(port)
+        if other is None or self.state_of(other) != "E":
+            return DARK_DBM
+        return self.input_dbm - self.loss_db
+
+    # -- validation ------------------------------------------------------------------------
+    def check_port(self, port: int) -> None:
+        if not 1 <= port <= self.ports:
+            raise ModelError("range", port, f"port {port} out of range 1..{self.ports}")
+
+    def canonical(self, a: int, b: int) -> Pair:
+        self.check_port(a)
+        self.check_port(b)
+        if a == b:
+            raise ModelError("self", a, f"port {a} cannot connect to itself")
+        lo, hi = min(a, b), max(a, b)
+        if not self.any_to_any and not lo <= self.ingress < hi:
+            raise ModelError("side", lo, f"ports {a} and {b} are on the same side")
+        return lo, hi
+
+    def plan_connect(self, pairs: Iterable[Pair]) -> tuple[list[Pair], list[Pair]]:
+        """(to connect, to disconnect first) for adding pairs; raises ModelError."""
+        add: list[Pair] = []
+        seen: set[int] = set()
+        for a, b in pairs:
+            lo, hi = self.canonical(a, b)
+            for p in (lo, hi):
+                if p in seen:
+                    raise ModelError("duplicate", p, f"port {p} appears twice")
+                seen.add(p)
+                if self.state_of(p) == "F":
+                    raise ModelError("failed", p, f"port {p} has failed")
+            if self.connections.get(lo) != hi:
+                add.append((lo, hi))
+        drop: list[Pair] = []
+        for lo, hi in add:
+            for p in (lo, hi):
+                other = self._partner.get(p)
+                if other is not None:
+                    if self.busy_policy == "deny":
+                        raise ModelError("busy", p, f"port {p} is already connected to {other}")
+                    drop.append((min(p, other), max(p, other)))
+        return add, sorted(set(drop))
+
+    def plan_disconnect(self, ports: Iterable[int]) -> list[Pair]:
+        drop = set()
+        for p in ports:
+            self.check_port(p)
+            other = self._partner.get(p)
+            if other is not None:
+                drop.add((min(p, other), max(p, other)))
+        return sorted(drop)
+
+    def plan_only(self, pairs: Iterable[Pair]) -> tuple[list[Pair], list[Pair]]:
+        """(to connect, to disconnect) so that exactly ``pairs`` remain; unchanged pairs stay."""
+        target: dict[int, int] = {}
+        seen: set[int] = set()
+        for a, b in pairs:
+            lo, hi = self.canonical(a, b)
+            for p in (lo, hi):
+                if p in seen:
+                    raise ModelError("duplicate", p, f"port {p} appears twice")
+                seen.add(p)
+            target[lo] = hi
+        drop = [(a, b) for a, b in self.connections.items() if target.get(a) != b]
+        add = [(a, b) for a, b in target.items() if self.connections.get(a) != b]
+        return sorted(add), sorted(drop)
+
+    # -- changes ---------------------------------------------------------------------------
+    async def change(self, interface: str, op: str, connect: list[Pair],
+                     disconnect: list[Pair], arrived_ns: int) -> Change | None:
+        """Apply a planned change, wait until the mirrors settle, record the truth."""
+        for lo, hi in disconnect:
+            if self.connections.get(lo) == hi:
+                del self.connections[lo]
+                self._partner.pop(lo, None)
+                self._partner.pop(hi, None)
+        for lo, hi in connect:
+            self.connections[lo] = hi
+            self._partner[lo], self._partner[hi] = hi, lo
+        moved = len(set(connect) | set(disconnect))
+        if not moved:
+            return None
+        start = max(arrived_ns, time.monotonic_ns())
+        settled = start + self.timing.sample_ns(moved)
+        delay = settled - time.monotonic_ns()
+        if delay > 0:
+            await asyncio.sleep(delay / 1e9)
+        change = self.truth.record(interface, op, connect, disconnect, arrived_ns, settled)
+        for listener in list(self.listeners):
+            listener(change)
+        return change
+
+    def set_port_state(self, port: int, state: str) -> None:
+        self.check_port(port)
+        if state == "E":
+            self.port_state.pop(port, None)
+        else:
+            self.port_state[port] = state
+        for listener in list(self.port_listeners):
+            listener(port, state)
+
+    def reset(self) -> None:
+        self.connections.clear()
+        self._partner.clear()
+        self.port_state.clear()
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "size": f"{self.ingress}x{self.egress}" if self.egress else str(self.ingress),
+            "connections": [[a, b] for a, b in sorted(self.connections.items())],
+            "ports": {str(p): s for p, s in sorted(self.port_state.items())},
+        }

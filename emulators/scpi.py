@@ -1,0 +1,199 @@
+"""The device side of SCPI: a command tree with long/short mnemonics, ``;`` compound
+messages with relative headers, numeric suffixes (``SENS2``), the error queue, and
+IEEE 488.2 reply joining (or one line per answer, a per-device option)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+Handler = Callable[..., "str | None | Awaitable[str | None]"]
+_MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d*)$")
+QUEUE_LENGTH = 32
+
+
+class ScpiError(Exception):
+    """A command error or execution error; goes on the error queue."""
+
+    def __init__(self, code: int, text: str) -> None:
+        self.code, self.text = code, text
+        super().__init__(f"{code}, {text}")
+
+
+@dataclass(frozen=True)
+class _Node:
+    short: str
+    long: str
+
+    def matches(self, token: str) -> bool:
+        token = token.upper()
+        return token in (self.short, self.long)
+
+
+def _nodes(pattern: str) -> tuple[_Node, ...]:
+    out = []
+    for part in pattern.strip(":").split(":"):
+        short = "".join(ch for ch in part if ch.isupper() or ch in "*?") or part.upper()
+        out.append(_Node(short.rstrip("?"), part.upper().rstrip("?")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Command:
+    nodes: tuple[_Node, ...]
+    query: bool
+    handler: Handler
+
+
+def split_units(message: str) -> list[str]:
+    """Split a program message on ``;`` outside quotes and parentheses."""
+    units, current, depth, quote = [], [], 0, False
+    for ch in message:
+        if ch == '"':
+            quote = not quote
+        elif not quote and ch == "(":
+            depth += 1
+        elif not quote and ch == ")":
+            depth = max(0, depth - 1)
+        if ch == ";" and not quote and depth == 0:
+            units.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    units.append("".join(current))
+    return [u.strip() for u in units if u.strip()]
+
+
+class ScpiEngine:
+    """A command table plus the per-session parse state lives in :class:`ScpiSessionState`."""
+
+    def __init__(self) -> None:
+        self._commands: list[_Command] = []
+
+    def register(self, pattern: str, handler: Handler) -> None:
+        """``pattern`` like ``:OXC:SWITch:CONNect:STATe?``; lower-case letters are the part a
+        client may leave out. Handlers take ``(args: str, suffixes: list[int])``."""
+        query = pattern.endswith("?")
+        self._commands.append(_Command(_nodes(pattern), query, handler))
+
+    def find(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
+        parsed = []
+        for token in tokens:
+            match = _MNEMONIC.match(token)
+            if not match:
+                return None
+            parsed.append((match.group(1), int(match.group(2)) if match.group(2) else 1))
+        for command in self._commands:
+            if command.query != query or len(command.nodes) != len(parsed):
+                continue
+            if all(node.matches(tok) for node, (tok, _) in zip(command.nodes, parsed,
+                                                                strict=True)):
+                return command, [n for _, n in parsed]
+        return None
+
+
+class ScpiSessionState:
+    """Error queue and reply policy of one connection."""
+
+    def __init__(self, engine: ScpiEngine, *, error_format: str = '{code}, "{text}"',
+                 joined_replies: bool = True) -> None:
+        self.engine = engine
+        self.errors: deque[tuple[int, str]] = deque()
+        self.error_format = error_format
+        self.joined_replies = joined_replies
+
+    def push_error(self, code: int, text: str) -> None:
+        if len(self.errors) >= QUEUE_LENGTH:
+            self.errors[-1] = (-350, "Queue overflow")
+            return
+        self.errors.append((code, text))
+
+    def pop_error(self) -> str:
+        code, text = self.errors.popleft() if self.errors else (0, "No error")
+        return self.format_error(code, text)
+
+    def format_error(self, code: int, text: str) -> str:
+        return self.error_format.format(code=code, text=text, signed=f"{code:+d}")
+
+    async def execute(self, message: str) -> list[str]:
+        """Run every unit of a program message; return the answers of its queries."""
+        answers: list[str] = []
+        context: list[str] = []
+        for index, unit in enumerate(split_units(message)):
+            header, _, args = unit.partition(" ")
+            query = header.endswith("?")
+            header = header.rstrip("?")
+            if header.startswith("*"):
+                candidates = [[header]]
+            elif header.startswith(":") or index == 0:
+                candidates = [header.lstrip(":").split(":")]
+            else:
+                # Relative header: resolved under the previous command's parent node.
+                rel = header.split(":")
+                candidates = [context + rel, rel] if context else [rel]
+            found = None
+            for tokens in candidates:
+                found = self.engine.find(tokens, query)
+                if found:
+                    if not header.startswith("*"):
+                        context = tokens[:-1]
+                    break
+            if found is None:
+                self.push_error(-113, "Undefined header")
+                continue
+            command, suffixes = found
+            try:
+                result = command.handler(args.strip(), suffixes)
+                if inspect.isawaitable(result):
+                    result = await result
+            except ScpiError as exc:
+                self.push_error(exc.code, exc.text)
+                continue
+            if query:
+                answers.append("" if result is None else str(result))
+        return answers
+
+    def format_answers(self, answers: list[str], terminator: str) -> bytes:
+        if not answers:
+            return b""
+        if self.joined_replies:
+            return (";".join(answers) + terminator).encode()
+        return "".join(a + terminator for a in answers).encode()
+
+
+def parse_lists(args: str) -> list[list[int]]:
+    """The device's reading of ``(@1,2),(@17,18)``: lists of ports; ``(@)`` is empty.
+    Raises ScpiError -104/-109 on anything else."""
+    text = args.strip()
+    if not text:
+        raise ScpiError(-109, "Missing parameter")
+    lists = []
+    pos = 0
+    pattern = re.compile(r"\s*\(@([^)]*)\)\s*(,|$)")
+    while pos < len(text):
+        match = pattern.match(text, pos)
+        if not match:
+            raise ScpiError(-104, "Data type error; expected a channel list (@...)")
+        body = match.group(1).strip()
+        ports = []
+        if body:
+            for item in body.split(","):
+                item = item.strip()
+                try:
+                    if ":" in item:
+                        lo, hi = (int(x) for x in item.split(":"))
+                        ports.extend(range(lo, hi + 1))
+                    else:
+                        ports.append(int(item))
+                except ValueError:
+                    raise ScpiError(-104, f"Data type error; bad channel {item!r}") from None
+        lists.append(ports)
+        pos = match.end()
+    return lists
+
+
+def format_list(ports: list[int]) -> str:
+    return "(@" + ",".join(map(str, ports)) + ")"

@@ -1,0 +1,65 @@
+"""Switching-time models: how long the mirrors (or heaters) take to settle."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Defaults per technology, in milliseconds (see protocols.md §5.3 and §2.3).
+TECHNOLOGY_DEFAULTS: dict[str, dict[str, float]] = {
+    "beam-steering": {"switch_time_ms": 25.0, "jitter_ms": 3.0, "per_pair_ms": 0.0},
+    "mems-3d": {"switch_time_ms": 40.0, "jitter_ms": 5.0, "per_pair_ms": 0.5},
+    "thermo-optic": {"switch_time_ms": 0.05, "jitter_ms": 0.01, "per_pair_ms": 0.0},
+    "ideal": {"switch_time_ms": 0.0, "jitter_ms": 0.0, "per_pair_ms": 0.0},
+}
+
+
+@dataclass
+class TimingModel:
+    """Settling time of one batch = switch_time + per_pair × (pairs − 1) + jitter.
+
+    Mirrors in one batch move in parallel, so a batch costs about one switching time; the
+    jitter is drawn uniformly from [−jitter, +jitter] and the total never goes below zero.
+    """
+
+    switch_time_ms: float = 25.0
+    jitter_ms: float = 3.0
+    per_pair_ms: float = 0.0
+    technology: str = "beam-steering"
+    seed: int | None = None
+    _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    @classmethod
+    def for_technology(cls, technology: str, **overrides: Any) -> TimingModel:
+        if technology not in TECHNOLOGY_DEFAULTS:
+            raise ValueError(f"unknown technology {technology!r}; "
+                             f"known: {', '.join(TECHNOLOGY_DEFAULTS)}")
+        values = {**TECHNOLOGY_DEFAULTS[technology], **overrides}
+        return cls(technology=technology, **values)
+
+    def sample_ns(self, pairs: int) -> int:
+        if pairs <= 0:
+            return 0
+        ms = self.switch_time_ms + self.per_pair_ms * (pairs - 1)
+        if self.jitter_ms:
+            ms += self._rng.uniform(-self.jitter_ms, self.jitter_ms)
+        return max(0, int(ms * 1e6))
+
+    def update(self, **values: Any) -> None:
+        for key in ("switch_time_ms", "jitter_ms", "per_pair_ms"):
+            if key in values and values[key] is not None:
+                if float(values[key]) < 0:
+                    raise ValueError(f"{key} must be ≥ 0, got {values[key]}")
+                setattr(self, key, float(values[key]))
+        if values.get("seed") is not None:
+            self.seed = int(values["seed"])
+            self._rng = random.Random(self.seed)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("_rng")
+        return data

@@ -1,0 +1,137 @@
+"""CALIENT S-Series over TL1 (raw TCP 3082): two-phase cross-connects.
+
+``ENT-CRS`` provisions a connection (AS=UMA, OS=RDY), ``ACT-CRS`` activates it (AS=IS, OS=IS;
+the mirrors move), ``CANC-CRS`` deactivates and ``DLT-CRS`` deletes. Only active connections
+are part of the cross-connect map; provisioned ones are listed by :meth:`provisioned`.
+
+Ports are ``shelf.slot.port`` on the device; labd numbers them 1..N, port n being
+``1.<(n-1)//ports_per_slot + 1>.<(n-1)%ports_per_slot + 1>`` (``ports_per_slot`` defaults
+to 32, a lab-file field). ``aid_lists = false`` sends one pair per command for firmware that
+refuses ``&`` lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instruments.errors import ProtocolError
+from instruments.link import Link
+from instruments.polatis_tl1 import Tl1Switch, _port_values
+from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
+from instruments.tl1 import Tl1Message
+
+_PORT_STATE = {"IS": PortState.ENABLED, "OOS-MA": PortState.DISABLED,
+               "OOS-AU": PortState.FAILED, "OOS-AUMA": PortState.FAILED}
+
+
+def _fields(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip().upper()] = value.strip()
+    return out
+
+
+class CalientTl1(Tl1Switch):
+    driver = "calient-tl1"
+    any_to_any = True
+
+    def __init__(self, address: str, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        self.ports_per_slot = int(self.options.get("ports_per_slot", 32))
+        self.group = str(self.options.get("group", "SYSTEM"))
+        self.aid_lists = bool(self.options.get("aid_lists", True))
+
+    def aid(self, port: int) -> str:
+        slot, index = divmod(port - 1, self.ports_per_slot)
+        return f"1.{slot + 1}.{index + 1}"
+
+    def port_number(self, aid: str) -> int:
+        try:
+            _shelf, slot, index = (int(x) for x in aid.strip().split("."))
+        except ValueError:
+            raise ProtocolError(f"port {aid!r} is not shelf.slot.port",
+                                instrument=self.name) from None
+        return (slot - 1) * self.ports_per_slot + index
+
+    def _pair_aids(self, pairs: list[Pair]) -> list[str]:
+        if self.aid_lists:
+            return ["&".join(self.aid(a) for a, _ in pairs) + ","
+                    + "&".join(self.aid(b) for _, b in pairs)]
+        return [f"{self.aid(a)},{self.aid(b)}" for a, b in pairs]
+
+    async def _identify(self, link: Link) -> SwitchInfo:
+        ne = _fields(",".join((await self._cmd(link, "RTRV-NE")).lines))
+        if self.declared_size:
+            count = self.declared_size[0]
+        else:
+            ports = await self._cmd(link, "RTRV-PORT", "0")
+            count = len(ports.lines)
+        return SwitchInfo("CALIENT", ne.get("CHASSISTYPE", "S-Series"),
+                          ne.get("SERIALNUMBER", ""), ne.get("SWPACKAGE", ""), count, 0)
+
+    async def _crs(self, link: Link) -> list[dict[str, str]]:
+        reply = await self._cmd(link, "RTRV-CRS")
+        rows = []
+        for line in reply.lines:
+            name, _, rest = line.partition(":")
+            row = _fields(rest)
+            if "SRCPORT" not in row or "DSTPORT" not in row:
+                raise ProtocolError(f"cross-connect line {line!r} lacks SRCPORT/DSTPORT",
+                                    instrument=self.name)
+            row.setdefault("CONNNAME", name)
+            rows.append(row)
+        return rows
+
+    def _pair_of(self, row: dict[str, str]) -> Pair:
+        a, b = self.port_number(row["SRCPORT"]), self.port_number(row["DSTPORT"])
+        return min(a, b), max(a, b)
+
+    async def _read_map(self, link: Link) -> CrossConnects:
+        # Firmware that omits AS= in the list form is taken to list active connections only.
+        return dict(self._pair_of(r) for r in await self._crs(link) if r.get("AS", "IS") == "IS")
+
+    async def provisioned(self) -> list[Pair]:
+        """Connections entered but not active (AS=UMA)."""
+        rows = await self._run(self._crs)
+        return [self._pair_of(r) for r in rows if r.get("AS", "IS") != "IS"]
+
+    async def _connect(self, link: Link, pairs: list[Pair]) -> None:
+        for aid in self._pair_aids(pairs):
+            await self._cmd(link, "ENT-CRS", aid, f"{self.group},2WAY")
+        for aid in self._pair_aids(pairs):
+            await self._cmd(link, "ACT-CRS", aid)
+
+    async def _disconnect(self, link: Link, lows: list[int]) -> None:
+        pairs = [(a, self.expected[a]) for a in lows if a in self.expected]
+        for aid in self._pair_aids(pairs):
+            await self._cmd(link, "CANC-CRS", aid)
+        for aid in self._pair_aids(pairs):
+            await self._cmd(link, "DLT-CRS", aid)
+
+    async def _replace(self, link: Link, target: CrossConnects) -> None:
+        current = await self._read_map(link)
+        remove, add = plan_replace(current, target)
+        if remove:
+            self.expected = current
+            await self._disconnect(link, remove)
+        if add:
+            await self._connect(link, add)
+
+    async def _port_states(self, link: Link, ports: list[int] | None) -> dict[int, PortState]:
+        reply: Tl1Message = await self._cmd(link, "RTRV-PORT", "0")
+        states = {}
+        for aid, rest in _port_values_aid(reply):
+            port = self.port_number(aid)
+            if ports is None or port in ports:
+                fields = _fields(rest)
+                states[port] = _PORT_STATE.get(fields.get("OS", ""), PortState.UNKNOWN)
+        return states
+
+
+def _port_values_aid(reply: Tl1Message) -> list[tuple[str, str]]:
+    return [(aid, rest) for aid, _, rest in (line.partition(":") for line in reply.lines)]
+
+
+__all__ = ["CalientTl1", "_port_values"]

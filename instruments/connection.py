@@ -1,0 +1,163 @@
+"""The connection state machine every driver owns.
+
+    OFFLINE ──open──▶ CONNECTING ──ok──▶ ONLINE ──timeout/closed/garbage──▶ BACKOFF
+                          │  ▲                                               │
+                          └──┴────────── jittered exponential backoff ◀──────┘
+
+One lock per instrument: whatever the number of callers, one exchange is on the wire at a
+time, so replies can never be interleaved. The first timeout drops the link (a late reply
+would otherwise be taken for the answer to the next command); a background task reconnects,
+runs the driver's resync (flush, re-identify, re-read state, report drift) and only then
+lets commands through again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from instruments.errors import (
+    InstrumentClosed,
+    InstrumentError,
+    InstrumentTimeout,
+    ProtocolError,
+)
+from instruments.events import EventSource, InstrumentEvent, LinkState
+from instruments.link import Link
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Errors after which the byte stream can no longer be trusted to be in step.
+LINK_FAULTS = (InstrumentTimeout, InstrumentClosed, ProtocolError)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Reconnect delays: full jitter over an exponentially growing window."""
+
+    initial: float = 0.05
+    maximum: float = 5.0
+    factor: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        window = min(self.maximum, self.initial * self.factor ** max(0, attempt - 1))
+        return random.uniform(window / 2, window)
+
+
+class Connection(EventSource):
+    """Owns one :class:`Link`: opens it, runs exchanges one at a time, recovers it."""
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        on_connect: Callable[[Link], Awaitable[None]],
+        backoff: Backoff | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__()
+        self.link = link
+        self.name = name or link.name
+        self.backoff = backoff or Backoff()
+        self._on_connect = on_connect
+        self._lock = asyncio.Lock()
+        self._state = LinkState.OFFLINE
+        self._online = asyncio.Event()
+        self._reconnector: asyncio.Task[None] | None = None
+        self.last_error: str = ""
+        self.attempts = 0
+
+    @property
+    def state(self) -> LinkState:
+        return self._state
+
+    def _set_state(self, state: LinkState, detail: str = "") -> None:
+        if state is self._state:
+            return
+        self._state = state
+        if state is LinkState.ONLINE:
+            self._online.set()
+        else:
+            self._online.clear()
+        self._emit(InstrumentEvent(self.name, "state", state=state, detail=detail))
+
+    async def open(self) -> None:
+        """Connect once; raise the reason if the device cannot be reached."""
+        async with self._lock:
+            await self._connect_locked(on_failure=LinkState.OFFLINE)
+
+    async def _connect_locked(self, *, on_failure: LinkState) -> None:
+        self._set_state(LinkState.CONNECTING)
+        try:
+            await self.link.open()
+            self.link.discard_input()
+            await self._on_connect(self.link)
+        except BaseException as exc:
+            await self.link.close()
+            self.last_error = str(exc) or type(exc).__name__
+            self._set_state(on_failure, self.last_error)
+            raise
+        self.attempts = 0
+        self._set_state(LinkState.ONLINE)
+
+    async def run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
+        """Run one exchange with the link held exclusively.
+
+        Raises :class:`InstrumentClosed` at once while the instrument is offline; a link
+        fault drops the link, starts reconnection and is re-raised to the caller.
+        """
+        async with self._lock:
+            if self._state is not LinkState.ONLINE:
+                raise InstrumentClosed(
+                    f"offline ({self._state}); last error: {self.last_error or 'none'}",
+                    instrument=self.name,
+                )
+            try:
+                return await exchange(self.link)
+            except LINK_FAULTS as exc:
+                await self._drop(str(exc))
+                raise
+
+    async def _drop(self, reason: str) -> None:
+        self.last_error = reason
+        log.warning("%s: dropping link: %s", self.name, reason)
+        await self.link.close()
+        self._set_state(LinkState.BACKOFF, reason)
+        if self._reconnector is None or self._reconnector.done():
+            self._reconnector = asyncio.create_task(
+                self._reconnect(), name=f"reconnect-{self.name}"
+            )
+
+    async def _reconnect(self) -> None:
+        while self._state is LinkState.BACKOFF:
+            self.attempts += 1
+            await asyncio.sleep(self.backoff.delay(self.attempts))
+            async with self._lock:
+                if self._state is not LinkState.BACKOFF:
+                    return
+                try:
+                    await self._connect_locked(on_failure=LinkState.BACKOFF)
+                except InstrumentError as exc:
+                    log.info("%s: reconnect attempt %d failed: %s", self.name, self.attempts, exc)
+
+    async def wait_online(self, timeout: float) -> None:
+        """Wait until the link is up again (raises TimeoutError)."""
+        async with asyncio.timeout(timeout):
+            await self._online.wait()
+
+    async def close(self) -> None:
+        task, self._reconnector = self._reconnector, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        async with self._lock:
+            await self.link.close()
+            self._set_state(LinkState.CLOSED)

@@ -1,0 +1,117 @@
+"""A message link: a transport plus the instrument's termination, timeout and query delay.
+
+All three are explicit per instrument because guessing them is the most common reason a
+lab script hangs. Raw bytes in both directions are logged at DEBUG on ``instruments.wire``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from instruments.address import Address, parse_address
+from instruments.errors import InstrumentClosed, InstrumentTimeout, ProtocolError
+from instruments.transports import Transport, make_transport
+
+wire_log = logging.getLogger("instruments.wire")
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """How to frame messages for one instrument."""
+
+    write_termination: str = "\n"
+    read_termination: str = "\n"
+    timeout: float = 2.0
+    """Seconds to wait for a complete reply."""
+    query_delay: float = 0.0
+    """Seconds to wait between writing a query and reading its reply (slow firmware)."""
+    encoding: str = "ascii"
+
+
+class Link:
+    """One open channel to one instrument. Not re-entrant: owners serialise use
+    (see :class:`instruments.connection.Connection`)."""
+
+    def __init__(
+        self, address: str | Address, settings: LinkSettings | None = None, *, name: str = ""
+    ) -> None:
+        self.address = parse_address(address) if isinstance(address, str) else address
+        self.settings = settings or LinkSettings()
+        self.name = name or str(self.address)
+        self._transport: Transport = make_transport(self.address, timeout=self.settings.timeout)
+        self._wterm = self.settings.write_termination.encode(self.settings.encoding)
+        self._rterm = self.settings.read_termination.encode(self.settings.encoding)
+        self._debug = wire_log.isEnabledFor(logging.DEBUG)
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport.is_open
+
+    async def open(self) -> None:
+        self._debug = wire_log.isEnabledFor(logging.DEBUG)
+        await self._transport.open()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    def discard_input(self) -> bytes:
+        stale = self._transport.discard_input()
+        if stale and self._debug:
+            wire_log.debug("%s discarded %r", self.name, stale)
+        return stale
+
+    async def write_raw(self, data: bytes) -> None:
+        if self._debug:
+            wire_log.debug("%s >> %r", self.name, data)
+        await self._transport.write(data)
+
+    async def write(self, message: str) -> None:
+        """Send one message with the write termination appended."""
+        await self.write_raw(message.encode(self.settings.encoding) + self._wterm)
+
+    async def read_until(self, separator: bytes, *, timeout: float | None = None) -> bytes:
+        limit = self.settings.timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                data = await self._transport.read_until(separator)
+        except TimeoutError:
+            raise InstrumentTimeout(
+                f"no {separator!r}-terminated reply within {limit:g} s", instrument=self.name
+            ) from None
+        if self._debug:
+            wire_log.debug("%s << %r", self.name, data)
+        return data
+
+    async def read_exactly(self, count: int, *, timeout: float | None = None) -> bytes:
+        limit = self.settings.timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                data = await self._transport.read_exactly(count)
+        except TimeoutError:
+            raise InstrumentTimeout(
+                f"{count}-byte block incomplete after {limit:g} s", instrument=self.name
+            ) from None
+        if self._debug:
+            wire_log.debug("%s << %r", self.name, data)
+        return data
+
+    async def read_line(self, *, timeout: float | None = None) -> str:
+        """One reply line without its termination (a stray CR before LF is dropped too)."""
+        raw = await self.read_until(self._rterm, timeout=timeout)
+        try:
+            return raw[: -len(self._rterm)].decode(self.settings.encoding).rstrip("\r")
+        except UnicodeDecodeError:
+            raise ProtocolError(f"reply is not {self.settings.encoding}: {raw!r}",
+                                instrument=self.name) from None
+
+    async def query(self, message: str, *, timeout: float | None = None) -> str:
+        await self.write(message)
+        if self.settings.query_delay:
+            await asyncio.sleep(self.settings.query_delay)
+        return await self.read_line(timeout=timeout)
+
+    def require_open(self) -> None:
+        if not self.is_open:
+            raise InstrumentClosed("link is not open", instrument=self.name)

@@ -1,0 +1,113 @@
+"""SCPI (IEEE 488.2) message helpers: channel lists, compound messages, the error queue.
+
+Devices differ in how they answer a compound query line (``Q1?;Q2?``): IEEE 488.2 joins the
+answers with ``;`` on one line, some firmware sends one line per answer. :func:`query_all`
+accepts both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from instruments.errors import DeviceError, ProtocolError
+from instruments.link import Link
+
+_ERROR = re.compile(r'^\s*([+-]?\d+)\s*,\s*"?(.*?)"?\s*$')
+_LIST = re.compile(r"\(@([^)]*)\)")
+
+
+def channel_list(ports: Iterable[int]) -> str:
+    """``[1, 2, 3]`` → ``(@1,2,3)``; an empty iterable gives the legal empty list ``(@)``."""
+    return "(@" + ",".join(str(p) for p in ports) + ")"
+
+
+def parse_channel_lists(text: str) -> list[list[int]]:
+    """``(@1,2),(@17,18)`` → ``[[1, 2], [17, 18]]``; ``(@)`` → ``[[]]``. Ranges ``a:b`` expand."""
+    lists = _LIST.findall(text)
+    if not lists or _LIST.sub("", text).replace(",", "").strip():
+        raise ProtocolError(f"not an SCPI channel list: {text!r}")
+    result = []
+    for body in lists:
+        ports: list[int] = []
+        for item in filter(None, (x.strip() for x in body.split(","))):
+            first, _, last = item.partition(":")
+            try:
+                ports.extend(range(int(first), int(last or first) + 1))
+            except ValueError:
+                raise ProtocolError(f"bad port {item!r} in channel list {text!r}") from None
+        result.append(ports)
+    return result
+
+
+def parse_error(text: str) -> tuple[int, str]:
+    """``-113, "Undefined header"`` (or ``+0,"No error"``) → ``(-113, "Undefined header")``."""
+    match = _ERROR.match(text)
+    if not match:
+        raise ProtocolError(f"not an SCPI error-queue entry: {text!r}")
+    return int(match.group(1)), match.group(2)
+
+
+def split_answers(line: str) -> list[str]:
+    """Split an IEEE 488.2 joined answer on ``;`` outside double quotes."""
+    parts, current, quoted = [], [], False
+    for ch in line:
+        if ch == '"':
+            quoted = not quoted
+        if ch == ";" and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+async def query_all(link: Link, message: str, count: int) -> list[str]:
+    """Send one program message holding ``count`` queries; return the ``count`` answers,
+    whether the device joins them on one line or sends one line each."""
+    await link.write(message)
+    answers: list[str] = []
+    while len(answers) < count:
+        answers.extend(split_answers(await link.read_line()))
+    if len(answers) != count:
+        raise ProtocolError(f"expected {count} answers to {message!r}, got {answers!r}",
+                            instrument=link.name)
+    return answers
+
+
+async def command_checked(link: Link, command: str) -> None:
+    """Run a command, wait until the device has completed it (``*OPC?``) and raise
+    :class:`DeviceError` if it queued an error. One round trip."""
+    opc, err = await query_all(link, f"{command};*OPC?;:SYST:ERR?", 2)
+    code, text = parse_error(err)
+    if code != 0:
+        await drain_errors(link)
+        raise DeviceError(code, text, command=command, instrument=link.name)
+    if opc.strip() != "1":
+        raise ProtocolError(f"*OPC? answered {opc!r}, expected 1", instrument=link.name)
+
+
+async def drain_errors(link: Link, limit: int = 32) -> list[tuple[int, str]]:
+    """Pop the error queue until it reports no error (so stale errors cannot be blamed on
+    the next command)."""
+    found = []
+    for _ in range(limit):
+        code, text = parse_error(await link.query(":SYST:ERR?"))
+        if code == 0:
+            break
+        found.append((code, text))
+    return found
+
+
+def parse_floats(text: str) -> list[float]:
+    """``(-12.3,-40.0)`` or ``-12.3,-40.0`` → floats."""
+    body = text.strip().strip("()")
+    try:
+        return [float(v) for v in body.split(",") if v.strip()]
+    except ValueError:
+        raise ProtocolError(f"expected numbers, got {text!r}") from None
+
+
+def parse_tokens(text: str) -> Sequence[str]:
+    return [t.strip() for t in text.strip().strip("()").split(",") if t.strip()]

@@ -1,0 +1,277 @@
+"""The switch capability every optical-switch driver offers, and the machinery they share.
+
+Ports are integers everywhere above the driver. An NxM switch (Polatis) has ingress ports
+1..N and egress ports N+1..N+M, and a pair is always (ingress, egress). An any-to-any switch
+(CALIENT) has ports 1..N and a pair is (lower, higher). Drivers translate to the device's own
+names (``1.1.3`` on CALIENT) at the wire.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, Self, TypeVar
+
+from instruments.connection import Backoff, Connection
+from instruments.errors import ConnectError, InvalidRequest, NotSupported
+from instruments.events import Drift, EventSource, InstrumentEvent, LinkState
+from instruments.link import Link, LinkSettings
+
+T = TypeVar("T")
+Pair = tuple[int, int]
+CrossConnects = dict[int, int]
+"""ingress (or lower) port → egress (or higher) port."""
+
+_SIZE = re.compile(r"(\d+)\s*[xX]\s*(\d+)")
+
+
+class PortState(enum.StrEnum):
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class SwitchInfo:
+    vendor: str
+    model: str
+    serial: str
+    firmware: str
+    ingress: int
+    """N for an NxM switch; the port count of an any-to-any switch."""
+    egress: int
+    """M for an NxM switch; 0 for an any-to-any switch."""
+
+    @property
+    def ports(self) -> int:
+        return self.ingress + self.egress
+
+    @property
+    def size(self) -> str:
+        return f"{self.ingress}x{self.egress}" if self.egress else str(self.ingress)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"16x16"`` → ``(16, 16)``; ``"320"`` (any-to-any) → ``(320, 0)``."""
+    match = _SIZE.search(text)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    if text.strip().isdigit():
+        return int(text), 0
+    raise ValueError(f"switch size {text!r}: expected NxM (e.g. 16x16) or a port count")
+
+
+class OpticalSwitch(EventSource, abc.ABC):
+    """Base of every switch driver: owns the connection, validates requests, tracks the map
+    it expects the device to hold, and reports drift after every reconnect.
+
+    Use as ``async with Driver(address, ...) as switch:``; every public coroutine holds the
+    instrument for the whole of its exchange.
+    """
+
+    driver: ClassVar[str]
+    default_settings: ClassVar[LinkSettings] = LinkSettings()
+    any_to_any: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        name: str = "",
+        settings: LinkSettings | None = None,
+        backoff: Backoff | None = None,
+        size: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self.name = name or f"{self.driver}@{address}"
+        self.options = options
+        self.declared_size = parse_size(size) if size else None
+        link = Link(address, settings or self.default_settings, name=self.name)
+        self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
+                                     name=self.name)
+        self.connection.add_listener(self._emit)
+        self.info: SwitchInfo | None = None
+        self.expected: CrossConnects = {}
+        self._opened = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def open(self) -> None:
+        await self.connection.open()
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> LinkState:
+        return self.connection.state
+
+    async def _on_connect(self, link: Link) -> None:
+        await self._login(link)
+        info = await self._identify(link)
+        if self.declared_size and (info.ingress, info.egress) != self.declared_size:
+            raise ConnectError(
+                f"lab file says size {self.declared_size[0]}x{self.declared_size[1]} "
+                f"but the device reports {info.size}; fix the lab file's size field",
+                instrument=self.name,
+            )
+        if self.info is not None and info.serial != self.info.serial:
+            self._emit(InstrumentEvent(self.name, "identity-changed",
+                                       detail=f"serial {self.info.serial} → {info.serial}"))
+        self.info = info
+        found = await self._read_map(link)
+        if self._opened:
+            drift = Drift.between(self.expected, found)
+            self._emit(InstrumentEvent(
+                self.name, "resync", drift=drift,
+                detail=f"{len(drift.missing)} missing, {len(drift.unexpected)} unexpected"
+                if drift else "no drift",
+            ))
+        self.expected = found
+        self._opened = True
+
+    async def _run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
+        return await self.connection.run(exchange)
+
+    # -- validation --------------------------------------------------------------------
+    def _require_info(self) -> SwitchInfo:
+        if self.info is None:
+            raise InvalidRequest("switch not identified yet; open it first", instrument=self.name)
+        return self.info
+
+    def check_port(self, port: int) -> int:
+        info = self._require_info()
+        if not isinstance(port, int) or not 1 <= port <= info.ports:
+            raise InvalidRequest(f"port {port!r} is not on this {info.size} switch "
+                                 f"(ports 1..{info.ports})", instrument=self.name)
+        return port
+
+    def normalise_pairs(self, pairs: Iterable[Pair] | Mapping[int, int]) -> list[Pair]:
+        """Check every port and put each pair in canonical order; a port may appear once."""
+        info = self._require_info()
+        items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
+        seen: set[int] = set()
+        result = []
+        for item in items:
+            try:
+                a, b = (self.check_port(p) for p in item)
+            except (TypeError, ValueError):
+                raise InvalidRequest(f"not a port pair: {item!r}", instrument=self.name) from None
+            a, b = min(a, b), max(a, b)
+            if not self.any_to_any and not (a <= info.ingress < b):
+                raise InvalidRequest(
+                    f"pair ({a}, {b}) must join an ingress port (1..{info.ingress}) to an "
+                    f"egress port ({info.ingress + 1}..{info.ports})", instrument=self.name)
+            if a == b:
+                raise InvalidRequest(f"pair ({a}, {b}) joins a port to itself",
+                                     instrument=self.name)
+            for p in (a, b):
+                if p in seen:
+                    raise InvalidRequest(f"port {p} appears twice in one request",
+                                         instrument=self.name)
+                seen.add(p)
+            result.append((a, b))
+        return result
+
+    def partner_map(self) -> dict[int, int]:
+        """Both directions of the expected map: port → partner."""
+        both = dict(self.expected)
+        both.update({b: a for a, b in self.expected.items()})
+        return both
+
+    # -- the capability --------------------------------------------------------------------
+    async def connect(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
+        """Add cross-connects, leaving the others in place. Returns when the device says
+        the change is complete (mirrors settled)."""
+        batch = self.normalise_pairs(pairs)
+        if not batch:
+            return
+        await self._run(lambda link: self._connect(link, batch))
+        self.expected.update(batch)
+
+    async def disconnect(self, ports: Iterable[int]) -> None:
+        """Remove the cross-connects touching these ports (either side)."""
+        wanted = {self.check_port(p) for p in ports}
+        partners = self.partner_map()
+        lows = sorted({min(p, partners[p]) for p in wanted if p in partners})
+        if not lows:
+            return
+        await self._run(lambda link: self._disconnect(link, lows))
+        for low in lows:
+            self.expected.pop(low, None)
+
+    async def replace(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
+        """Make the device hold exactly these cross-connects; unchanged ones are not touched."""
+        target = dict(self.normalise_pairs(pairs))
+        await self._run(lambda link: self._replace(link, target))
+        self.expected = target
+
+    async def cross_connects(self) -> CrossConnects:
+        """Read the map from the device (and adopt it as what we expect)."""
+        found = await self._run(self._read_map)
+        self.expected = dict(found)
+        return found
+
+    async def port_states(self, ports: Iterable[int] | None = None) -> dict[int, PortState]:
+        wanted = None if ports is None else [self.check_port(p) for p in ports]
+        return await self._run(lambda link: self._port_states(link, wanted))
+
+    async def set_ports_enabled(self, ports: Iterable[int], enabled: bool) -> None:
+        wanted = [self.check_port(p) for p in ports]
+        await self._run(lambda link: self._set_ports_enabled(link, wanted, enabled))
+
+    async def port_power(self, ports: Iterable[int]) -> dict[int, float]:
+        """Optical power in dBm at each port, where the device has monitors."""
+        wanted = [self.check_port(p) for p in ports]
+        return await self._run(lambda link: self._port_power(link, wanted))
+
+    # -- what each driver implements -------------------------------------------------------
+    async def _login(self, link: Link) -> None:  # noqa: B027 - most devices need no login
+        """Log in after (re)connecting, if the protocol needs it."""
+
+    @abc.abstractmethod
+    async def _identify(self, link: Link) -> SwitchInfo: ...
+
+    @abc.abstractmethod
+    async def _read_map(self, link: Link) -> CrossConnects: ...
+
+    @abc.abstractmethod
+    async def _connect(self, link: Link, pairs: list[Pair]) -> None: ...
+
+    @abc.abstractmethod
+    async def _disconnect(self, link: Link, lows: list[int]) -> None: ...
+
+    @abc.abstractmethod
+    async def _replace(self, link: Link, target: CrossConnects) -> None: ...
+
+    @abc.abstractmethod
+    async def _port_states(self, link: Link, ports: list[int] | None) -> dict[int, PortState]: ...
+
+    async def _set_ports_enabled(self, link: Link, ports: list[int], enabled: bool) -> None:
+        raise NotSupported("enabling/disabling ports", instrument=self.name)
+
+    async def _port_power(self, link: Link, ports: list[int]) -> dict[int, float]:
+        raise NotSupported("port power monitoring", instrument=self.name)
+
+
+def plan_replace(current: CrossConnects, target: CrossConnects) -> tuple[list[int], list[Pair]]:
+    """What to remove (low ports of pairs to tear down) and add to go from current to target,
+    touching only what changes."""
+    # A current pair survives only if the target holds exactly it; any other pair either
+    # goes away or frees a port that the target needs.
+    remove = sorted(a for a, b in current.items() if target.get(a) != b)
+    add = sorted((a, b) for a, b in target.items() if current.get(a) != b)
+    return remove, add
