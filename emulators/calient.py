@@ -98,6 +98,8 @@ class CalientTl1Interface(Interface):
 
 
 class CalientTl1Session(Tl1Session):
+    allow_empty_ctag = True
+
     def __init__(self, device: CalientSwitch) -> None:
         super().__init__(sid=device.options.sid, users=device.options.users)
         self.device = device
@@ -156,7 +158,8 @@ class CalientTl1Session(Tl1Session):
                                f"{self.device.aid(a)},{self.device.aid(b)}")
                 found.append(crs)
             return found
-        names = [p.strip() for p in c.params.split(",") if p.strip()]
+        # The short form ACT-CRS::::<name>; puts the name where the ctag block would end.
+        names = [p.strip() for p in (c.params or c.gb).split(",") if p.strip()]
         found = [self.device.crs[n] for n in names if n in self.device.crs]
         if not found:
             raise Deny("IIAC", f"Invalid Connection: no connection named {c.params!r}")

@@ -27,6 +27,21 @@ class ModelError(Exception):
         return self.message
 
 
+#: epoll waits in whole milliseconds, so a plain sleep can wake up to 1 ms late; the last
+#: stretch before a deadline is spent yielding to the loop instead.
+_SPIN_NS = 1_500_000
+
+
+async def sleep_until(deadline_ns: int) -> None:
+    """Sleep until CLOCK_MONOTONIC reaches ``deadline_ns``, accurate to tens of µs, so that
+    a reply leaves when the truth log says the mirrors settled."""
+    remaining = deadline_ns - time.monotonic_ns()
+    if remaining > _SPIN_NS:
+        await asyncio.sleep((remaining - _SPIN_NS) / 1e9)
+    while time.monotonic_ns() < deadline_ns:
+        await asyncio.sleep(0)
+
+
 class SwitchModel:
     """An NxM switch (ingress 1..N, egress N+1..N+M) or, with ``egress == 0``, an
     any-to-any switch of N ports."""
@@ -155,9 +170,7 @@ class SwitchModel:
             return None
         start = max(arrived_ns, time.monotonic_ns())
         settled = start + self.timing.sample_ns(moved)
-        delay = settled - time.monotonic_ns()
-        if delay > 0:
-            await asyncio.sleep(delay / 1e9)
+        await sleep_until(settled)
         change = self.truth.record(interface, op, connect, disconnect, arrived_ns, settled)
         for listener in list(self.listeners):
             listener(change)

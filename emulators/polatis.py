@@ -9,6 +9,7 @@ over one shared switch state. Behaviour follows protocols.md §1; the [?] items 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,9 +262,14 @@ class PolatisTl1Interface(Interface):
     def _broadcast(self, verb_line: str, lines: list[str], alarm: str = "A") -> None:
         atag = self.next_atag()
         block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines, alarm)
-        for session in list(self.sessions):
-            if session.user is not None and session.autonomous_enabled and session.send:
-                session.send(block)
+
+        def deliver() -> None:
+            for session in list(self.sessions):
+                if session.user is not None and session.autonomous_enabled and session.send:
+                    session.send(block)
+
+        # Reports follow the response of the command that caused them, as on the device.
+        asyncio.get_running_loop().call_soon(deliver)
 
     def _on_change(self, change: Any) -> None:
         lines = [f"{a},{b}:CONNECTED" for a, b in change.connected]

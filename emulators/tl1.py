@@ -116,6 +116,8 @@ class Tl1Session(Session):
 
     garbage = b"\r\n\n\x15\x8f## M ?? GARBLED \x00\r\n;"
     public_verbs = frozenset({"ACT-USER", "RTRV-HDR"})
+    #: Some devices take commands without a ctag (``ACT-CRS::::name;``) and answer with 0.
+    allow_empty_ctag = False
 
     def __init__(self, *, sid: str, users: dict[str, str], autonomous_enabled: bool = True,
                  not_logged_in_code: str = "PICC") -> None:
@@ -141,7 +143,7 @@ class Tl1Session(Session):
         return await self.dispatch(command, arrived_ns)
 
     async def dispatch(self, command: Tl1Command, arrived_ns: int) -> bytes:
-        ctag = command.ctag
+        ctag = command.ctag or ("0" if self.allow_empty_ctag else "")
         if not ctag or not ctag.replace(".", "").isalnum():
             return self.reply(ctag or "0", deny=Deny("IICT", "Invalid correlation tag"))
         if command.tid and command.tid.strip('"') != self.sid:

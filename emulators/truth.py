@@ -26,7 +26,11 @@ class Change:
     """When the last mirror of the batch settled (light is stable)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-shaped: pairs as lists, as the control endpoint serves them."""
+        data = asdict(self)
+        data["connected"] = [list(p) for p in self.connected]
+        data["disconnected"] = [list(p) for p in self.disconnected]
+        return data
 
 
 class GroundTruth:

@@ -125,7 +125,7 @@ class Connection(EventSource):
 
     async def _drop(self, reason: str) -> None:
         self.last_error = reason
-        log.warning("%s: dropping link: %s", self.name, reason)
+        log.info("%s: dropping link: %s", self.name, reason)
         await self.link.close()
         self._set_state(LinkState.BACKOFF, reason)
         if self._reconnector is None or self._reconnector.done():

@@ -79,13 +79,23 @@ async def query_all(link: Link, message: str, count: int) -> list[str]:
 async def command_checked(link: Link, command: str) -> None:
     """Run a command, wait until the device has completed it (``*OPC?``) and raise
     :class:`DeviceError` if it queued an error. One round trip."""
-    opc, err = await query_all(link, f"{command};*OPC?;:SYST:ERR?", 2)
-    code, text = parse_error(err)
+    message = f"{command};*OPC?;:SYST:ERR?"
+    await link.write(message)
+    answers = split_answers(await link.read_line())
+    # Check the first answer before waiting for a second line: a garbled reply must fail
+    # now, not after the timeout.
+    if answers[0].strip() != "1":
+        raise ProtocolError(f"*OPC? answered {answers[0]!r} to {message!r}, expected 1",
+                            instrument=link.name)
+    if len(answers) == 1:
+        answers.extend(split_answers(await link.read_line()))
+    if len(answers) != 2:
+        raise ProtocolError(f"expected 2 answers to {message!r}, got {answers!r}",
+                            instrument=link.name)
+    code, text = parse_error(answers[1])
     if code != 0:
         await drain_errors(link)
         raise DeviceError(code, text, command=command, instrument=link.name)
-    if opc.strip() != "1":
-        raise ProtocolError(f"*OPC? answered {opc!r}, expected 1", instrument=link.name)
 
 
 async def drain_errors(link: Link, limit: int = 32) -> list[tuple[int, str]]:

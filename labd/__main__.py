@@ -1,0 +1,3 @@
+from labd.cli import main
+
+main()

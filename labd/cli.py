@@ -1,0 +1,180 @@
+"""The ``labd`` command. Every subcommand reports user mistakes as one clear message and a
+non-zero exit code, never as a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from instruments.errors import InstrumentError
+from labd import __version__
+from labd.errors import LabdError, LabFileError
+from labd.labfile import load_lab
+
+app = typer.Typer(
+    name="labd",
+    help="Control daemon for photonic ML-fabric testbeds: optical circuit switches, "
+         "power meters, photonic meshes and GPU hosts, with faithful emulators.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"labd {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True,
+                                         help="-v for info, -vv for debug (raw bytes).")] = 0,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    _setup_logging(verbose)
+
+
+@app.command()
+def demo(
+    lab: Annotated[str, typer.Option(help="Lab to run (path or packaged name).")] = "demo",
+    rounds: Annotated[int, typer.Option(min=1, max=10000,
+                                        help="Make-and-break rounds per switch.")] = 12,
+    seed: Annotated[int | None, typer.Option(help="Seed for the random port choices.")] = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Keep the lab running afterwards.")]
+    = False,
+) -> None:
+    """Run the packaged demo lab in emulation: reconfigure every switch, print a latency
+    report set against the emulators' ground truth, run a fault drill, exit 0."""
+    from labd.demo import run_demo
+
+    loaded = _load(lab)
+    try:
+        code = asyncio.run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
+                                    seed=seed))
+    except KeyboardInterrupt:
+        code = 0
+    except (LabdError, InstrumentError) as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def emulate(
+    lab: Annotated[str, typer.Argument(help="Lab file path, or a packaged lab name (demo).")],
+    control_port: Annotated[int, typer.Option(min=0, max=65535,
+                                              help="Port of the control endpoint "
+                                                   "(0 picks a free one).")] = 0,
+    resolved: Annotated[Path | None, typer.Option(
+        help="Also write a copy of the lab file pointing at the emulators.")] = None,
+) -> None:
+    """Start an emulator for every `emulate = true` instrument. Prints one JSON line per
+    emulator, then {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
+    from labd.emulate import emulated_lab, endpoint_of, write_resolved
+
+    loaded = _load(lab)
+
+    async def serve() -> None:
+        emulated, entries = emulated_lab(loaded, control_port=control_port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with emulated:
+            for entry in entries:
+                line = {"id": entry.id, "driver": entry.driver,
+                        "endpoint": endpoint_of(emulated, entry),
+                        "interfaces": emulated.endpoints[entry.id]}
+                print(json.dumps(line), flush=True)
+            if resolved is not None:
+                write_resolved(loaded, emulated, entries, resolved)
+            print(json.dumps({"ready": True, "control": emulated.control_url}), flush=True)
+            await stop.wait()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        raise _fail(f"cannot start the emulators: {exc}") from None
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def probe(
+    address: Annotated[str, typer.Argument(help="tcp://HOST:PORT, serial:///dev/X?baud=N or "
+                                                "visa://RESOURCE")],
+    command: Annotated[list[str] | None, typer.Option("--command", "-c",
+                                                      help="Send this and exit "
+                                                           "(repeatable).")] = None,
+    write_term: Annotated[str, typer.Option(help="Write termination (escapes allowed).")]
+    = "\\n",
+    read_term: Annotated[str, typer.Option(help="Read termination (escapes allowed).")]
+    = "\\n",
+    timeout: Annotated[float, typer.Option(min=0.001, help="Reply timeout, seconds.")] = 2.0,
+    tl1: Annotated[bool, typer.Option("--tl1", help="Read whole TL1 blocks (up to the ';' "
+                                                    "line).")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Show replies as Python bytes.")] = False,
+) -> None:
+    """A raw session with one instrument: send lines, see replies and their timing."""
+    from instruments.address import parse_address
+    from instruments.errors import AddressError
+    from labd.probe import probe as run_probe
+    from labd.probe import unescape
+
+    try:
+        parse_address(address)
+    except AddressError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        code = asyncio.run(run_probe(address, commands=command or [],
+                                     write_term=unescape(write_term),
+                                     read_term=unescape(read_term), timeout=timeout, tl1=tl1,
+                                     raw=raw, console=console))
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
+@app.command("check")
+def check(lab: Annotated[str, typer.Argument(help="Lab file path or packaged name.")]) -> None:
+    """Validate a lab file and list its instruments."""
+    loaded = _load(lab)
+    console.print(f"{loaded.source}: lab [cyan]{loaded.lab.name}[/], "
+                  f"{len(loaded.instrument)} instrument(s)")
+    for entry in loaded.instrument:
+        where = "emulated" if entry.emulate else entry.address
+        console.print(f"  {entry.id:12} {entry.driver:14} {where}")
+
+
+def _load(lab: str):  # type: ignore[no-untyped-def]
+    try:
+        return load_lab(lab)
+    except LabFileError as exc:
+        raise _fail("the lab file has problems:\n  " + "\n  ".join(exc.problems)) from None
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,80 @@
+"""``labd emulate``: the emulators for every ``emulate = true`` entry of a lab file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec
+from labd.errors import LabFileError
+from labd.labfile import CalientTl1Entry, Instrument, Lab, Tl1Credentials
+
+#: driver → (emulator kind, the emulator interface that driver talks to)
+EMULATION: dict[str, tuple[str, str]] = {
+    "polatis-scpi": ("polatis", "scpi"),
+    "polatis-tl1": ("polatis", "tl1"),
+    "calient-tl1": ("calient", "tl1"),
+}
+
+
+def spec_for(entry: Instrument) -> EmulatorSpec:
+    kind, interface = EMULATION[entry.driver]
+    options: dict[str, Any] = {}
+    if isinstance(entry, Tl1Credentials):
+        options["users"] = {entry.user: entry.resolved_password()}
+    if isinstance(entry, CalientTl1Entry):
+        options["ports_per_slot"] = entry.ports_per_slot
+        if entry.size:
+            options["ports"] = int(entry.size)
+    elif entry.size:
+        options["size"] = entry.size
+    options.update(entry.emulator.options)
+    port = 0
+    if entry.address and entry.address.startswith("tcp://"):
+        port = urlsplit(entry.address).port or 0
+    serve = {interface: ServeSpec(port=port, serve=entry.emulator.serve)}
+    return EmulatorSpec(entry.id, kind, options, entry.emulator.timing(), serve)
+
+
+def emulated_lab(lab: Lab, *, control_port: int = 0) -> tuple[EmulatedLab, list[Instrument]]:
+    """The emulated lab for a lab file (not started) and the entries it plays."""
+    entries = [e for e in lab.instrument if e.emulate]
+    specs = []
+    problems = []
+    for index, entry in enumerate(lab.instrument):
+        if not entry.emulate:
+            continue
+        try:
+            spec = spec_for(entry)
+            from emulators.lab import build_device
+
+            build_device(spec)  # validates the emulator options before anything listens
+            specs.append(spec)
+        except (ValueError, TypeError) as exc:
+            problems.append(f"{lab.source}: [[instrument]] #{index + 1} (id {entry.id!r}), "
+                            f"field 'emulator': {exc}")
+    if problems:
+        raise LabFileError(lab.source, problems)
+    return EmulatedLab(specs, control_port=control_port), entries
+
+
+def endpoint_of(lab: EmulatedLab, entry: Instrument) -> str:
+    return lab.endpoints[entry.id][EMULATION[entry.driver][1]]
+
+
+def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
+                   target: Path) -> None:
+    """A copy of the lab file whose emulated entries point at the running emulators."""
+    import tomllib
+
+    import tomli_w
+
+    data = tomllib.loads(Path(lab.source).read_text(encoding="utf-8"))
+    by_id = {e.id: e for e in entries}
+    for item in data.get("instrument", []):
+        entry = by_id.get(item.get("id"))
+        if entry is not None:
+            item["address"] = endpoint_of(emulated, entry)
+            item["emulate"] = False
+    target.write_text(tomli_w.dumps(data), encoding="utf-8")

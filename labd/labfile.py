@@ -1,0 +1,270 @@
+"""The lab file: one TOML file describes a lab (see docs/lab-file.md for every field).
+
+``load_lab(path_or_name)`` returns a validated :class:`Lab` or raises :class:`LabFileError`
+whose lines each name the file, the entry and the field, and say what is expected.
+A bare name (``demo``) refers to a lab packaged with labd.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from instruments.address import parse_address
+from instruments.errors import AddressError
+from instruments.switch import parse_size
+from labd.errors import LabFileError
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EmulatorSettings(Strict):
+    """``[instrument.emulator]``: how ``labd emulate`` plays this instrument."""
+
+    technology: Literal["beam-steering", "mems-3d", "thermo-optic", "ideal"] | None = None
+    switch_time_ms: float | None = Field(default=None, ge=0)
+    jitter_ms: float | None = Field(default=None, ge=0)
+    per_pair_ms: float | None = Field(default=None, ge=0)
+    seed: int | None = None
+    serve: Literal["tcp", "pty"] = "tcp"
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Device options of the emulator (the protocols' [?] items): see docs/emulators.md."""
+
+    def timing(self) -> dict[str, Any]:
+        values = {"technology": self.technology, "switch_time_ms": self.switch_time_ms,
+                  "jitter_ms": self.jitter_ms, "per_pair_ms": self.per_pair_ms,
+                  "seed": self.seed}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+class InstrumentBase(Strict):
+    id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", max_length=64)]
+    driver: str
+    address: str | None = None
+    emulate: bool = False
+    description: str = ""
+    timeout: float | None = Field(default=None, gt=0, le=600)
+    """Seconds to wait for a reply; the driver's default when absent."""
+    write_termination: str | None = None
+    read_termination: str | None = None
+    query_delay: float = Field(default=0.0, ge=0, le=10)
+    emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_address(value)
+            except AddressError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _where(self) -> InstrumentBase:
+        if self.address is None and not self.emulate:
+            raise ValueError("'address' is required unless emulate = true")
+        if self.emulate and self.address is not None:
+            scheme = self.address.split("://", 1)[0]
+            if scheme == "tcp":
+                host = urlsplit(self.address).hostname or ""
+                if host not in LOOPBACK:
+                    raise ValueError(
+                        f"an emulated instrument listens on this machine: use "
+                        f"tcp://127.0.0.1:PORT (or leave 'address' out), not {self.address!r}")
+            elif scheme != "serial":
+                raise ValueError("an emulated instrument is served on tcp:// or a pty; "
+                                 "leave 'address' out or use tcp://127.0.0.1:PORT")
+        return self
+
+
+class SwitchEntry(InstrumentBase):
+    size: str | None = None
+    """``NxM`` for Polatis (e.g. ``16x16``), a port count for CALIENT (e.g. ``320``)."""
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+
+class NxMSwitch(SwitchEntry):
+    @field_validator("size")
+    @classmethod
+    def _nxm(cls, value: str | None) -> str | None:
+        if value is not None and parse_size(value)[1] == 0:
+            raise ValueError(f"size {value!r}: this switch is NxM, e.g. '16x16'")
+        return value
+
+
+class PolatisScpiEntry(NxMSwitch):
+    driver: Literal["polatis-scpi"]
+
+
+class Tl1Credentials(SwitchEntry):
+    user: str
+    password: str | None = None
+    password_env: str | None = None
+    """Name of an environment variable holding the password (keeps secrets out of files)."""
+    tid: str = ""
+
+    @model_validator(mode="after")
+    def _password(self) -> Tl1Credentials:
+        if (self.password is None) == (self.password_env is None):
+            raise ValueError("give exactly one of 'password' or 'password_env'")
+        return self
+
+    def resolved_password(self) -> str:
+        if self.password is not None:
+            return self.password
+        assert self.password_env is not None
+        value = os.environ.get(self.password_env)
+        if value is None:
+            raise LabFileError("", [f"instrument {self.id!r}: environment variable "
+                                    f"{self.password_env} (password_env) is not set"])
+        return value
+
+
+class PolatisTl1Entry(Tl1Credentials, NxMSwitch):
+    driver: Literal["polatis-tl1"]
+
+
+class CalientTl1Entry(Tl1Credentials):
+    driver: Literal["calient-tl1"]
+
+    @field_validator("size")
+    @classmethod
+    def _count(cls, value: str | None) -> str | None:
+        if value is not None and parse_size(value)[1] != 0:
+            raise ValueError(f"size {value!r}: a CALIENT switch has N ports, e.g. '320'")
+        return value
+    ports_per_slot: int = Field(default=32, ge=1, le=128)
+    group: str = "SYSTEM"
+    aid_lists: bool = True
+    """Send ``&`` lists of ports in one command; false sends one pair per command."""
+
+
+Instrument = Annotated[
+    PolatisScpiEntry | PolatisTl1Entry | CalientTl1Entry, Field(discriminator="driver")
+]
+SWITCH_ENTRIES = (PolatisScpiEntry, PolatisTl1Entry, CalientTl1Entry)
+
+
+class LabSection(Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+    description: str = ""
+
+
+class Lab(Strict):
+    lab: LabSection
+    instrument: list[Instrument] = Field(default_factory=list)
+    source: str = Field(default="", exclude=True)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Lab:
+        ids = [i.id for i in self.instrument]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"instrument ids must be unique; repeated: {', '.join(repeated)}")
+        return self
+
+    def get(self, instrument_id: str) -> Instrument:
+        for entry in self.instrument:
+            if entry.id == instrument_id:
+                return entry
+        raise KeyError(instrument_id)
+
+
+def packaged_labs() -> dict[str, Path]:
+    folder = resources.files("labd") / "labs"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir()
+            if str(p).endswith(".toml")}
+
+
+def resolve_lab_path(name_or_path: str | os.PathLike[str]) -> Path:
+    text = str(name_or_path)
+    path = Path(text)
+    if path.exists():
+        return path
+    labs = packaged_labs()
+    if text in labs:
+        return labs[text]
+    raise LabFileError(text, [
+        f"{text}: no such file, and no packaged lab of that name "
+        f"(packaged: {', '.join(sorted(labs))})"
+    ])
+
+
+def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+    """Turn a pydantic location into 'instrument #2 (id "ocs1")' and the rest of the path."""
+    if len(loc) >= 2 and loc[0] == "instrument" and isinstance(loc[1], int):
+        index = loc[1]
+        rest = loc[2:]
+        if rest and isinstance(rest[0], str) and rest[0] in ("polatis-scpi", "polatis-tl1",
+                                                             "calient-tl1"):
+            rest = rest[1:]  # the discriminator's tag, not a field
+        entries = data.get("instrument") or []
+        ident = entries[index].get("id") if index < len(entries) and isinstance(
+            entries[index], dict) else None
+        label = f"[[instrument]] #{index + 1}" + (f" (id {ident!r})" if ident else "")
+        return label, rest
+    if loc and loc[0] in ("lab",):
+        return f"[{loc[0]}]", loc[1:]
+    return "top level", loc
+
+
+def _explain(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known field (check the spelling; see docs/lab-file.md)"
+    if kind == "union_tag_invalid":
+        return (f"unknown driver {err['ctx']['tag']!r}; expected one of "
+                f"{err['ctx']['expected_tags']}")
+    if kind == "string_pattern_mismatch":
+        return (f"{err['input']!r} must start with a letter or digit and hold only letters, "
+                "digits, '_', '.' and '-'")
+    if kind == "union_tag_not_found":
+        return "needs a 'driver' field"
+    message = str(err["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return f"{message} (got {err['input']!r})" if "input" in err and not isinstance(
+        err["input"], dict | list) else message
+
+
+def parse_lab(data: dict[str, Any], source: str) -> Lab:
+    try:
+        return Lab.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            label, rest = _where(data, tuple(err["loc"]))
+            field = ".".join(str(p) for p in rest)
+            problems.append(f"{source}: {label}" + (f", field '{field}'" if field else "")
+                            + f": {_explain(err)}")
+        raise LabFileError(source, problems) from None
+
+
+def load_lab(name_or_path: str | os.PathLike[str]) -> Lab:
+    path = resolve_lab_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise LabFileError(str(path), [f"{path}: not valid TOML: {exc}"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LabFileError(str(path), [f"{path}: cannot read: {exc}"]) from None
+    return parse_lab(data, str(path))

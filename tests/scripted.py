@@ -1,0 +1,75 @@
+"""A scripted device for protocol tests: a real TCP server that expects exact bytes and
+answers with exact bytes, one connection after another."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+CLOSE = object()  # as a reply: close the connection
+SILENCE = b""  # as a reply: say nothing
+
+
+@dataclass
+class ScriptedDevice:
+    """``connections`` is a list of scripts; a script is a list of (expected, reply) steps.
+    Each accepted connection plays the next script."""
+
+    connections: list[list[tuple[bytes, object]]]
+    received: list[bytes] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    _server: asyncio.Server | None = None
+    _index: int = 0
+
+    async def __aenter__(self) -> ScriptedDevice:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def address(self) -> str:
+        assert self._server is not None
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"tcp://{host}:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._index >= len(self.connections):
+            writer.close()
+            return
+        script = self.connections[self._index]
+        self._index += 1
+        try:
+            for expected, reply in script:
+                got = await reader.readexactly(len(expected)) if expected else b""
+                self.received.append(got)
+                if got != expected:
+                    self.mismatches.append(f"expected {expected!r}, got {got!r}")
+                    break
+                if reply is CLOSE:
+                    writer.close()
+                    return
+                if reply:
+                    writer.write(reply)  # type: ignore[arg-type]
+                    await writer.drain()
+            if self._index == len(self.connections):
+                self.done.set()
+            await reader.read()  # hold the line open until the client closes it
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.mismatches.append("client closed early")
+        finally:
+            writer.close()
+
+
+def tl1_block(ctag: int | str, lines: list[str] = (), *, sid: str = "SW-A",  # type: ignore[assignment]
+              deny: tuple[str, str] | None = None) -> bytes:
+    out = f"\r\n\n   {sid} 24-05-01 12:00:00\r\n"
+    if deny:
+        out += f"M  {ctag} DENY\r\n   {deny[0]}\r\n   /* {deny[1]} */\r\n;"
+    else:
+        out += f"M  {ctag} COMPLD\r\n" + "".join(f'   "{ln}"\r\n' for ln in lines) + ";"
+    return out.encode()

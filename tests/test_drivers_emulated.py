@@ -1,0 +1,211 @@
+"""Drivers against the emulators over real TCP and a real pty, faults included."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from emulators import EmulatedLab
+from instruments import DeviceError, InstrumentTimeout, ProtocolError
+from instruments.calient import CalientTl1
+from instruments.connection import Backoff
+from instruments.errors import InstrumentClosed
+from instruments.events import EventQueue, LinkState
+from instruments.link import LinkSettings
+from instruments.polatis_scpi import PolatisScpi
+from instruments.polatis_tl1 import PolatisTl1
+from instruments.switch import OpticalSwitch, PortState
+
+FAST = Backoff(initial=0.01, maximum=0.05)
+
+
+@asynccontextmanager
+async def driver(lab: EmulatedLab, kind: str, timeout: float = 1.0) -> AsyncIterator[OpticalSwitch]:
+    settings = {"timeout": timeout}
+    if kind == "polatis-scpi":
+        sw: OpticalSwitch = PolatisScpi(lab.endpoints["ocs1"]["scpi"], name="ocs1",
+                                        backoff=FAST, settings=LinkSettings(**settings))
+    elif kind == "polatis-pty":
+        sw = PolatisScpi(lab.endpoints["ocspty"]["scpi"] + "?baud=38400", name="ocspty",
+                         backoff=FAST, settings=LinkSettings(**settings))
+    elif kind == "polatis-tl1":
+        sw = PolatisTl1(lab.endpoints["ocs1"]["tl1"], name="ocs1", backoff=FAST, user="admin",
+                        password="root",
+                        settings=LinkSettings(write_termination="\r\n", **settings))
+    else:
+        sw = CalientTl1(lab.endpoints["cal"]["tl1"], name="cal", backoff=FAST, user="admin",
+                        password="secret",
+                        settings=LinkSettings(write_termination="\r\n", **settings))
+    async with sw:
+        yield sw
+
+
+def ports(sw: OpticalSwitch) -> tuple[int, int]:
+    assert sw.info is not None
+    return (sw.info.ingress, sw.info.ingress + 1) if sw.info.egress else (1, 2)
+
+
+def emulator_of(sw: OpticalSwitch) -> str:
+    return sw.name
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "calient-tl1", "polatis-pty"])
+async def test_capability_round_trip(lab: EmulatedLab, kind: str) -> None:
+    async with driver(lab, kind) as sw:
+        info = sw.info
+        assert info is not None
+        n = info.ingress
+        a = [(1, n + 1), (2, n + 2)] if info.egress else [(1, 40), (2, 41)]
+        b = [(3, n + 3)] if info.egress else [(3, 42)]
+        await sw.connect(a)
+        assert await sw.cross_connects() == dict(a)
+        await sw.connect(b)
+        await sw.disconnect([a[0][1]])
+        expected = {**dict(a[1:]), **dict(b)}
+        assert await sw.cross_connects() == expected
+        assert lab.device(emulator_of(sw)).model.connections == expected
+        # replace keeps what stays the same: only the changed pairs move
+        before = len(lab.truth(emulator_of(sw))["changes"])
+        target = {**dict(b), **({4: n + 4} if info.egress else {4: 43})}
+        await sw.replace(target)
+        assert await sw.cross_connects() == target
+        changes = lab.truth(emulator_of(sw))["changes"][before:]
+        moved = {tuple(p) for c in changes for p in c["connected"] + c["disconnected"]}
+        assert tuple(b[0]) not in moved
+        states = await sw.port_states([1, 2])
+        assert set(states.values()) == {PortState.ENABLED}
+        await sw.replace({})
+        assert await sw.cross_connects() == {}
+
+
+async def test_ground_truth_brackets_what_the_driver_measured(lab: EmulatedLab) -> None:
+    lab.set_timing("ocs1", {"switch_time_ms": 15, "jitter_ms": 0})
+    async with driver(lab, "polatis-scpi") as sw:
+        sent = time.monotonic_ns()
+        await sw.connect([(5, 21)])
+        acked = time.monotonic_ns()
+    (change,) = lab.truth("ocs1")["changes"]
+    assert sent <= change["arrived_ns"] <= change["settled_ns"] <= acked
+    # Mirrors start moving once the command is parsed, a little after its last byte arrived.
+    assert change["settled_ns"] - change["arrived_ns"] >= 15_000_000
+    assert change["connected"] == [[5, 21]]
+
+
+async def test_many_callers_one_command_on_the_wire(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-scpi") as sw:
+        await asyncio.gather(*(sw.connect([(i, 16 + i)]) for i in range(1, 17)),
+                             *(sw.port_states() for _ in range(8)))
+        assert await sw.cross_connects() == {i: 16 + i for i in range(1, 17)}
+    # Every change arrived after the previous one settled: nothing overlapped on the link.
+    changes = lab.truth("ocs1")["changes"]
+    assert len(changes) == 16
+    for prev, nxt in zip(changes, changes[1:], strict=False):
+        assert nxt["arrived_ns"] >= prev["settled_ns"]
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "calient-tl1"])
+async def test_cut_mid_command_reconnects_resyncs_and_reports_drift(lab: EmulatedLab,
+                                                                    kind: str) -> None:
+    async with driver(lab, kind) as sw:
+        p, q = ports(sw)
+        events = EventQueue(sw)
+        lab.inject(emulator_of(sw), {"kind": "drop", "apply": True})
+        with pytest.raises(InstrumentClosed):
+            await sw.connect([(p, q)])
+        resync = await events.next("resync")
+        assert resync.drift is not None
+        # The device did what it was told before the cut; the driver did not hear it.
+        if kind == "calient-tl1":
+            # ENT-CRS ran, the cut came on it: provisioned, no light, so no drift in light.
+            assert not resync.drift
+            assert await sw.provisioned() == [(p, q)]  # type: ignore[attr-defined]
+        else:
+            assert resync.drift.unexpected == {p: q}
+            assert sw.expected == {p: q}
+        assert sw.state is LinkState.ONLINE
+
+
+async def test_stall_times_out_then_recovers(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-scpi", timeout=0.3) as sw:
+        events = EventQueue(sw)
+        lab.inject("ocs1", {"kind": "stall", "count": 1})
+        with pytest.raises(InstrumentTimeout):
+            await sw.connect([(1, 17)])
+        await events.next("resync")
+        await sw.connect([(1, 17)])
+        assert await sw.cross_connects() == {1: 17}
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1"])
+async def test_garbage_reply_is_a_protocol_error_then_recovers(lab: EmulatedLab,
+                                                               kind: str) -> None:
+    async with driver(lab, kind) as sw:
+        events = EventQueue(sw)
+        lab.inject("ocs1", {"kind": "garbage"})
+        with pytest.raises(ProtocolError):
+            await sw.connect([(2, 18)])
+        resync = await events.next("resync")
+        # The switch did carry the command out; only the reply was garbled.
+        assert resync.drift is not None and resync.drift.unexpected == {2: 18}
+
+
+async def test_delayed_replies_still_arrive_within_the_timeout(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-tl1", timeout=2.0) as sw:
+        lab.inject("ocs1", {"kind": "delay", "delay_ms": 50, "count": 2})
+        await sw.connect([(3, 19)])
+        assert await sw.cross_connects() == {3: 19}
+        assert lab.device("ocs1").faults.active == []
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "calient-tl1"])
+async def test_failed_port_is_refused_by_the_device(lab: EmulatedLab, kind: str) -> None:
+    async with driver(lab, kind) as sw:
+        p, q = ports(sw)
+        lab.inject(emulator_of(sw), {"kind": "fail_port", "port": q})
+        states = await sw.port_states([q])
+        assert states[q] is PortState.FAILED
+        with pytest.raises(DeviceError):
+            await sw.connect([(p, q)])
+        assert sw.expected == {}
+        lab.inject(emulator_of(sw), {"kind": "restore_port", "port": q})
+        await sw.connect([(p, q)])
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "calient-tl1"])
+async def test_busy_port_is_refused_and_nothing_changes(lab: EmulatedLab, kind: str) -> None:
+    async with driver(lab, kind) as sw:
+        p, q = ports(sw)
+        await sw.connect([(p, q)])
+        with pytest.raises(DeviceError):
+            await sw.connect([(p - 1, q)] if p > 1 else [(p + 2, q)])
+        assert await sw.cross_connects() == {p: q}
+
+
+async def test_polatis_tl1_autonomous_alarm_surfaces_as_event(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-tl1") as sw:
+        events = EventQueue(sw)
+        lab.inject("ocs1", {"kind": "fail_port", "port": 5})
+        await sw.cross_connects()  # the alarm block arrives ahead of this reply
+        event = await events.next("autonomous")
+        assert event.detail == "REPT ALM PORT"
+        assert event.data["lines"] == ["5:CR,PORTFAIL,SA"]
+
+
+async def test_polatis_power_follows_the_light(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-tl1") as sw:
+        await sw.connect([(1, 17)])
+        power = await sw.port_power([17, 18])
+        assert power[17] > -10 and power[18] <= -60
+
+
+async def test_reconnect_after_the_emulator_drops_every_connection(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-scpi") as sw:
+        events = EventQueue(sw)
+        lab.inject("ocs1", {"kind": "drop", "now": True})
+        with pytest.raises((InstrumentClosed, InstrumentTimeout)):
+            await sw.cross_connects()
+        resync = await events.next("resync")
+        assert not resync.drift
+        assert await sw.cross_connects() == {}
