@@ -124,7 +124,8 @@ class CalientTl1Session(Tl1Session):
     def logged_in(self) -> None:
         self.login_ns = time.monotonic_ns()
 
-    def reply(self, ctag: str, lines: list[str] | None = None, *, deny: Deny | None = None) -> bytes:
+    def reply(self, ctag: str, lines: list[str] | None = None, *,
+              deny: Deny | None = None) -> bytes:
         block = super().reply(ctag, lines, deny=deny)
         prompt = self.device.options.prompt
         return block + (f"\r\n{prompt}".encode() if prompt else b"")
@@ -187,7 +188,7 @@ class CalientTl1Session(Tl1Session):
         group = params[0] if params and params[0] else "SYSTEM"
         kind = params[1].upper() if len(params) > 1 and params[1] else "2WAY"
         names = params[2:]
-        new = []
+        new: list[Crs] = []
         for i, (a, b) in enumerate(pairs):
             for p in (a, b):
                 if self.device.using(p) or any(p in (x.src, x.dst) for x in new):

@@ -38,7 +38,7 @@ async def sleep_until(deadline_ns: int) -> None:
     remaining = deadline_ns - time.monotonic_ns()
     if remaining > _SPIN_NS:
         await asyncio.sleep((remaining - _SPIN_NS) / 1e9)
-    while time.monotonic_ns() < deadline_ns:
+    while time.monotonic_ns() < deadline_ns:  # noqa: ASYNC110 - a deliberate spin
         await asyncio.sleep(0)
 
 

@@ -314,7 +314,8 @@ class PolatisTl1Session(Tl1Session):
     def closed(self) -> None:
         self.interface.sessions.discard(self)
 
-    def reply(self, ctag: str, lines: list[str] | None = None, *, deny: Deny | None = None) -> bytes:
+    def reply(self, ctag: str, lines: list[str] | None = None, *,
+              deny: Deny | None = None) -> bytes:
         self.sid = self.device.options.sid or "( nil )"
         return super().reply(ctag, lines, deny=deny)
 

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-Handler = Callable[..., "str | None | Awaitable[str | None]"]
+Handler = Callable[..., object]  # returns str | None, or an awaitable of it
 _MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d*)$")
 QUEUE_LENGTH = 32
 
@@ -50,7 +50,9 @@ class _Command:
 
 def split_units(message: str) -> list[str]:
     """Split a program message on ``;`` outside quotes and parentheses."""
-    units, current, depth, quote = [], [], 0, False
+    units: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, False
     for ch in message:
         if ch == '"':
             quote = not quote
@@ -178,7 +180,7 @@ def parse_lists(args: str) -> list[list[int]]:
         if not match:
             raise ScpiError(-104, "Data type error; expected a channel list (@...)")
         body = match.group(1).strip()
-        ports = []
+        ports: list[int] = []
         if body:
             for item in body.split(","):
                 item = item.strip()

@@ -61,7 +61,8 @@ class Endpoint:
         self.address = ""
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._clients: set[asyncio.Task[None]] = set()  # TCP conversations
+        self._tasks: set[asyncio.Task[None]] = set()  # our own (the pty conversation)
         self._pty: tuple[int, int] | None = None
 
     async def start(self) -> str:
@@ -79,13 +80,13 @@ class Endpoint:
         self._writers.add(writer)
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)
+            self._clients.add(task)
         try:
             await self._converse(reader, writer.write, writer.close)
         finally:
             self._writers.discard(writer)
             if task is not None:
-                self._tasks.discard(task)
+                self._clients.discard(task)
             writer.close()
 
     # -- pty -------------------------------------------------------------------------------
@@ -180,6 +181,12 @@ class Endpoint:
         if self._server is not None:
             self._server.close()
         self.drop_all()
+        # Client conversations end by themselves once their sockets are cut (cancelling
+        # them would make asyncio's stream machinery log the cancellation as an error).
+        if self._clients:
+            _, pending = await asyncio.wait(list(self._clients), timeout=2)
+            for task in pending:
+                task.cancel()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

@@ -17,10 +17,10 @@ TECHNOLOGY_DEFAULTS: dict[str, dict[str, float]] = {
 
 @dataclass
 class TimingModel:
-    """Settling time of one batch = switch_time + per_pair × (pairs − 1) + jitter.
+    """Settling time of one batch = switch_time + per_pair * (pairs - 1) + jitter.
 
     Mirrors in one batch move in parallel, so a batch costs about one switching time; the
-    jitter is drawn uniformly from [−jitter, +jitter] and the total never goes below zero.
+    jitter is drawn uniformly from [-jitter, +jitter] and the total never goes below zero.
     """
 
     switch_time_ms: float = 25.0

@@ -32,7 +32,9 @@ class Tl1Command:
 
 def split_fields(text: str) -> list[str]:
     """Split on ``:`` outside double quotes."""
-    fields, current, quote = [], [], False
+    fields: list[str] = []
+    current: list[str] = []
+    quote = False
     for ch in text:
         if ch == '"':
             quote = not quote
@@ -159,7 +161,8 @@ class Tl1Session(Session):
             return self.reply(ctag, deny=deny)
         return self.reply(ctag, lines)
 
-    def reply(self, ctag: str, lines: list[str] | None = None, *, deny: Deny | None = None) -> bytes:
+    def reply(self, ctag: str, lines: list[str] | None = None, *,
+              deny: Deny | None = None) -> bytes:
         return response(self.sid, ctag, lines, deny=deny)
 
     async def _act_user(self, command: Tl1Command, arrived_ns: int) -> list[str] | None:
@@ -173,7 +176,7 @@ class Tl1Session(Session):
         self.logged_in()
         return None
 
-    def logged_in(self) -> None:  # noqa: B027 - optional hook
+    def logged_in(self) -> None:
         """Called after a successful ACT-USER."""
 
     async def _canc_user(self, command: Tl1Command, arrived_ns: int) -> list[str] | None:

@@ -14,6 +14,7 @@ lets commands through again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -154,10 +155,8 @@ class Connection(EventSource):
         task, self._reconnector = self._reconnector, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         async with self._lock:
             await self.link.close()
             self._set_state(LinkState.CLOSED)

@@ -6,7 +6,7 @@ Lower-layer errors (``OSError``, ``serial.SerialException``, ``pyvisa`` errors,
 
     InstrumentError                 anything that went wrong talking to an instrument
     ├── AddressError                the address string cannot be used (bad scheme, port, option)
-    ├── ConnectError                the link could not be opened (refused, no such port, unreachable)
+    ├── ConnectError                the link could not be opened (refused, no such port)
     ├── InstrumentTimeout           no complete reply within the instrument's timeout
     ├── InstrumentClosed            the link was closed, by us or by the device, or is offline
     ├── ProtocolError               the reply does not parse as the protocol says it must
@@ -23,8 +23,12 @@ class InstrumentError(Exception):
     """Base class: every error raised by ``instruments`` derives from it."""
 
     def __init__(self, message: str, *, instrument: str | None = None) -> None:
+        self.message = message
         self.instrument = instrument
-        super().__init__(f"{instrument}: {message}" if instrument else message)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return f"{self.instrument}: {self.message}" if self.instrument else self.message
 
 
 class AddressError(InstrumentError):

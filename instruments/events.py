@@ -69,7 +69,7 @@ class EventSource:
         for listener in list(self._listeners):
             try:
                 listener(event)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the instrument
+            except Exception:
                 import logging
 
                 logging.getLogger(__name__).exception("event listener failed on %s", event)

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from instruments.address import Address, parse_address
-from instruments.errors import InstrumentClosed, InstrumentTimeout, ProtocolError
+from instruments.errors import InstrumentClosed, InstrumentError, ProtocolError
 from instruments.transports import Transport, make_transport
 
 wire_log = logging.getLogger("instruments.wire")
@@ -74,12 +74,10 @@ class Link:
     async def read_until(self, separator: bytes, *, timeout: float | None = None) -> bytes:
         limit = self.settings.timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(limit):
-                data = await self._transport.read_until(separator)
-        except TimeoutError:
-            raise InstrumentTimeout(
-                f"no {separator!r}-terminated reply within {limit:g} s", instrument=self.name
-            ) from None
+            data = await self._transport.read_until(separator, limit)
+        except InstrumentError as exc:
+            exc.instrument = exc.instrument or self.name
+            raise
         if self._debug:
             wire_log.debug("%s << %r", self.name, data)
         return data
@@ -87,12 +85,10 @@ class Link:
     async def read_exactly(self, count: int, *, timeout: float | None = None) -> bytes:
         limit = self.settings.timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(limit):
-                data = await self._transport.read_exactly(count)
-        except TimeoutError:
-            raise InstrumentTimeout(
-                f"{count}-byte block incomplete after {limit:g} s", instrument=self.name
-            ) from None
+            data = await self._transport.read_exactly(count, limit)
+        except InstrumentError as exc:
+            exc.instrument = exc.instrument or self.name
+            raise
         if self._debug:
             wire_log.debug("%s << %r", self.name, data)
         return data

@@ -11,7 +11,14 @@ import re
 from instruments import scpi
 from instruments.errors import DeviceError, NotSupported, ProtocolError
 from instruments.link import Link, LinkSettings
-from instruments.switch import CrossConnects, OpticalSwitch, Pair, PortState, SwitchInfo, plan_replace
+from instruments.switch import (
+    CrossConnects,
+    OpticalSwitch,
+    Pair,
+    PortState,
+    SwitchInfo,
+    plan_replace,
+)
 
 _STATES = {"E": PortState.ENABLED, "D": PortState.DISABLED, "F": PortState.FAILED}
 _SIZE_IN_MODEL = re.compile(r"-(\d+)x(\d+)-", re.IGNORECASE)

@@ -9,7 +9,14 @@ from typing import Any
 from instruments.errors import AuthenticationError, InvalidRequest, ProtocolError
 from instruments.events import InstrumentEvent
 from instruments.link import Link, LinkSettings
-from instruments.switch import CrossConnects, OpticalSwitch, Pair, PortState, SwitchInfo, plan_replace
+from instruments.switch import (
+    CrossConnects,
+    OpticalSwitch,
+    Pair,
+    PortState,
+    SwitchInfo,
+    plan_replace,
+)
 from instruments.tl1 import Tl1Message, Tl1Session, aid_list
 
 _SIZE = re.compile(r"SIZE=(\d+)x(\d+)", re.IGNORECASE)
@@ -60,7 +67,7 @@ class PolatisTl1(Tl1Switch):
     async def _identify(self, link: Link) -> SwitchInfo:
         netype = await self._cmd(link, "RTRV-NETYPE")
         fields = [f.strip().strip('"') for f in ",".join(netype.lines).split(",")]
-        vendor, model, _kind, firmware = (fields + ["", "", "", ""])[:4]
+        vendor, model, _kind, firmware = ([*fields, "", "", "", ""])[:4]
         inv = await self._cmd(link, "RTRV-INV", "OCS")
         serial = _SERIAL.search(" ".join(inv.lines))
         size = await self._cmd(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")

@@ -50,7 +50,11 @@ def parse_error(text: str) -> tuple[int, str]:
 
 def split_answers(line: str) -> list[str]:
     """Split an IEEE 488.2 joined answer on ``;`` outside double quotes."""
-    parts, current, quoted = [], [], False
+    if '"' not in line:
+        return line.split(";")
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
     for ch in line:
         if ch == '"':
             quoted = not quoted

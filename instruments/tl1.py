@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from instruments.errors import AuthenticationError, DeviceError, ProtocolError
 from instruments.link import Link
 
-_HEADER = re.compile(r"^\s+(?P<sid>.*?)\s+(?P<date>\d{2,4}-\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})\s*$")
+_HEADER = re.compile(
+    r"^\s+(?P<sid>.*?)\s+(?P<date>\d{2,4}-\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})\s*$"
+)
 _RESPONSE = re.compile(r"^M\s+(?P<ctag>\S+)\s+(?P<status>COMPLD|DENY|PRTL|DELAY|RTRV)\b")
 _AUTONOMOUS = re.compile(r"^(?P<code>\*C|\*\*|\*|A)\s+(?P<atag>\S+)\s+(?P<verb>.*)$")
 _ACK = re.compile(r"^(IP|PF|OK|NA|NG|RL)\s+\S+\s*$")
@@ -130,7 +132,8 @@ class Tl1Session:
             try:
                 text = raw.decode(link.settings.encoding)
             except UnicodeDecodeError:
-                raise ProtocolError(f"TL1 reply is not text: {raw!r}", instrument=link.name) from None
+                raise ProtocolError(f"TL1 reply is not text: {raw!r}",
+                                    instrument=link.name) from None
             for message in parse_block(text):
                 if message.kind == "autonomous":
                     if self.on_autonomous is not None:

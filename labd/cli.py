@@ -18,6 +18,7 @@ from instruments.errors import InstrumentError
 from labd import __version__
 from labd.errors import LabdError, LabFileError
 from labd.labfile import load_lab
+from labd.runtime import run
 
 app = typer.Typer(
     name="labd",
@@ -73,7 +74,7 @@ def demo(
 
     loaded = _load(lab)
     try:
-        code = asyncio.run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
+        code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
                                     seed=seed))
     except KeyboardInterrupt:
         code = 0
@@ -115,7 +116,7 @@ def emulate(
             await stop.wait()
 
     try:
-        asyncio.run(serve())
+        run(serve())
     except OSError as exc:
         raise _fail(f"cannot start the emulators: {exc}") from None
     except LabdError as exc:
@@ -149,7 +150,7 @@ def probe(
     except AddressError as exc:
         raise _fail(str(exc)) from None
     try:
-        code = asyncio.run(run_probe(address, commands=command or [],
+        code = run(run_probe(address, commands=command or [],
                                      write_term=unescape(write_term),
                                      read_term=unescape(read_term), timeout=timeout, tl1=tl1,
                                      raw=raw, console=console))

@@ -225,7 +225,7 @@ def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple
     return "top level", loc
 
 
-def _explain(err: dict[str, Any]) -> str:
+def _explain(err: Any) -> str:
     kind = err["type"]
     if kind == "missing":
         return "is required"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -21,3 +22,21 @@ async def lab() -> AsyncIterator[EmulatedLab]:
     ]
     async with EmulatedLab(specs) as emulated:
         yield emulated
+
+
+#: Modules whose async tests run on the standard loop and on uvloop (what `labd` runs on).
+BOTH_LOOPS = {"test_drivers_emulated", "test_transports"}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[
+        str, Callable[[], asyncio.AbstractEventLoop]]:
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop}
+    module = getattr(item, "module", None)
+    if module is not None and module.__name__.rsplit(".", 1)[-1] in BOTH_LOOPS:
+        try:
+            import uvloop
+        except ImportError:
+            return factories
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories

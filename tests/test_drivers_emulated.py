@@ -1,6 +1,7 @@
 """Drivers against the emulators over real TCP and a real pty, faults included."""
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -101,7 +102,7 @@ async def test_many_callers_one_command_on_the_wire(lab: EmulatedLab) -> None:
     # Every change arrived after the previous one settled: nothing overlapped on the link.
     changes = lab.truth("ocs1")["changes"]
     assert len(changes) == 16
-    for prev, nxt in zip(changes, changes[1:], strict=False):
+    for prev, nxt in itertools.pairwise(changes):
         assert nxt["arrived_ns"] >= prev["settled_ns"]
 
 

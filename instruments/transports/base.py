@@ -1,4 +1,4 @@
-"""The transport contract and the stream-backed base shared by TCP and serial."""
+"""The transport contract and the receive buffer shared by TCP and serial."""
 
 from __future__ import annotations
 
@@ -6,77 +6,149 @@ import asyncio
 from typing import Protocol
 
 from instruments.address import Address
-from instruments.errors import InstrumentClosed, ProtocolError
+from instruments.errors import InstrumentClosed, InstrumentTimeout, ProtocolError
 
 #: Replies of a 384-port switch map are a few kB; a logging block of a meter can be MBs.
-STREAM_LIMIT = 16 * 1024 * 1024
+BUFFER_LIMIT = 16 * 1024 * 1024
 
 
 class Transport(Protocol):
     """What a link needs from a byte channel. Implementations are not re-entrant: the
-    :class:`~instruments.link.Link` above serialises all use."""
+    :class:`~instruments.link.Link` above serialises all use. Reads give up after
+    ``timeout`` seconds with :class:`InstrumentTimeout`."""
 
     address: Address
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def write(self, data: bytes) -> None: ...
-    async def read_until(self, separator: bytes) -> bytes: ...
-    async def read_exactly(self, count: int) -> bytes: ...
+    async def read_until(self, separator: bytes, timeout: float) -> bytes: ...
+    async def read_exactly(self, count: int, timeout: float) -> bytes: ...
     def discard_input(self) -> bytes: ...
     @property
     def is_open(self) -> bool: ...
 
 
-class StreamTransport:
-    """Reads through an :class:`asyncio.StreamReader`; subclasses open it and write."""
+class ReceiveBuffer:
+    """Bytes received and not yet read, with one waiting reader at most.
+
+    The latency of every command passes through here, so a read whose bytes are already
+    buffered returns without suspending, and a waiting read is woken once, by the arrival
+    that completes it, with its deadline a plain timer rather than task cancellation.
+    """
 
     def __init__(self, address: Address) -> None:
         self.address = address
-        self._reader: asyncio.StreamReader | None = None
+        self._data = bytearray()
+        self._eof = False
+        self._error: str | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._want_sep: bytes = b""
+        self._want_count = 0
+
+    def feed(self, data: bytes) -> None:
+        self._data += data
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and self._satisfied():
+            waiter.set_result(None)
+
+    def feed_eof(self, error: str | None = None) -> None:
+        self._eof = True
+        self._error = error
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _satisfied(self) -> bool:
+        if self._want_sep:
+            return self._data.find(self._want_sep) >= 0
+        return len(self._data) >= self._want_count
+
+    def _closed_error(self) -> InstrumentClosed:
+        partial = bytes(self._data)
+        why = self._error or "closed the connection"
+        return InstrumentClosed(f"{self.address} {why}"
+                                + (f" after sending {partial!r}" if partial else ""))
+
+    async def _wait(self, timeout: float, what: str) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if not self._satisfied():
+            if self._eof:
+                raise self._closed_error()
+            raise InstrumentTimeout(f"no {what} within {timeout:g} s")
+
+    async def read_until(self, separator: bytes, timeout: float) -> bytes:
+        index = self._data.find(separator)
+        if index < 0:
+            if self._eof:
+                raise self._closed_error()
+            self._want_sep = separator
+            try:
+                await self._wait(timeout, f"{separator!r}-terminated reply")
+            finally:
+                self._want_sep = b""
+            index = self._data.find(separator)
+        end = index + len(separator)
+        if end > BUFFER_LIMIT:
+            raise ProtocolError(f"{self.address}: reply longer than {BUFFER_LIMIT} bytes")
+        chunk = bytes(self._data[:end])
+        del self._data[:end]
+        return chunk
+
+    async def read_exactly(self, count: int, timeout: float) -> bytes:
+        if len(self._data) < count:
+            if self._eof:
+                raise self._closed_error()
+            self._want_count = count
+            try:
+                await self._wait(timeout, f"{count}-byte block")
+            finally:
+                self._want_count = 0
+        chunk = bytes(self._data[:count])
+        del self._data[:count]
+        return chunk
+
+    def discard(self) -> bytes:
+        stale = bytes(self._data)
+        self._data.clear()
+        return stale
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class BufferedTransport:
+    """Reads through a :class:`ReceiveBuffer`; subclasses open the channel, feed the buffer
+    and write."""
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self._buffer: ReceiveBuffer | None = None
 
     @property
     def is_open(self) -> bool:
-        return self._reader is not None
+        return self._buffer is not None
 
-    def _require_reader(self) -> asyncio.StreamReader:
-        if self._reader is None:
+    def _require(self) -> ReceiveBuffer:
+        if self._buffer is None:
             raise InstrumentClosed(f"{self.address} is not open")
-        return self._reader
+        return self._buffer
 
-    async def read_until(self, separator: bytes) -> bytes:
-        reader = self._require_reader()
-        try:
-            return await reader.readuntil(separator)
-        except asyncio.IncompleteReadError as exc:
-            raise InstrumentClosed(
-                f"{self.address} closed the connection"
-                + (f" after sending {exc.partial!r}" if exc.partial else "")
-            ) from None
-        except asyncio.LimitOverrunError:
-            raise ProtocolError(
-                f"{self.address}: no {separator!r} within {STREAM_LIMIT} bytes; "
-                "is the read termination right?"
-            ) from None
-        except OSError as exc:
-            raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
+    async def read_until(self, separator: bytes, timeout: float) -> bytes:
+        return await self._require().read_until(separator, timeout)
 
-    async def read_exactly(self, count: int) -> bytes:
-        reader = self._require_reader()
-        try:
-            return await reader.readexactly(count)
-        except asyncio.IncompleteReadError:
-            raise InstrumentClosed(f"{self.address} closed the connection mid-block") from None
-        except OSError as exc:
-            raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
+    async def read_exactly(self, count: int, timeout: float) -> bytes:
+        return await self._require().read_exactly(count, timeout)
 
     def discard_input(self) -> bytes:
-        """Drop whatever has arrived and not been read (stale replies after a timeout)."""
-        reader = self._reader
-        if reader is None:
-            return b""
-        # StreamReader has no public "drain what is buffered"; its buffer is a bytearray.
-        buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
-        stale = bytes(buffer)
-        buffer.clear()
-        return stale
+        return self._buffer.discard() if self._buffer is not None else b""

@@ -12,7 +12,7 @@ import os
 import serial
 
 from instruments.errors import AddressError, ConnectError, InstrumentClosed
-from instruments.transports.base import STREAM_LIMIT, StreamTransport
+from instruments.transports.base import BufferedTransport, ReceiveBuffer
 
 _PARITY = {"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD,
            "M": serial.PARITY_MARK, "S": serial.PARITY_SPACE}
@@ -20,7 +20,7 @@ _STOPBITS = {"1": serial.STOPBITS_ONE, "1.5": serial.STOPBITS_ONE_POINT_FIVE,
              "2": serial.STOPBITS_TWO}
 
 
-class SerialTransport(StreamTransport):
+class SerialTransport(BufferedTransport):
     _port: serial.Serial | None = None
 
     def _settings(self) -> dict[str, object]:
@@ -44,7 +44,7 @@ class SerialTransport(StreamTransport):
         except (serial.SerialException, ValueError) as exc:
             raise ConnectError(f"cannot open {self.address}: {exc}") from None
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+        buffer = ReceiveBuffer(self.address)
         fd = port.fileno()
         os.set_blocking(fd, False)
 
@@ -53,16 +53,18 @@ class SerialTransport(StreamTransport):
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 return
-            except OSError:
-                data = b""
+            except OSError as exc:
+                loop.remove_reader(fd)
+                buffer.feed_eof(f"read failed: {exc.strerror or exc}")
+                return
             if data:
-                reader.feed_data(data)
+                buffer.feed(data)
             else:  # hang-up: the adapter was pulled or the pty's other side went away
                 loop.remove_reader(fd)
-                reader.feed_eof()
+                buffer.feed_eof("hung up")
 
         loop.add_reader(fd, on_readable)
-        self._port, self._reader = port, reader
+        self._port, self._buffer = port, buffer
 
     async def write(self, data: bytes) -> None:
         port = self._port
@@ -91,7 +93,7 @@ class SerialTransport(StreamTransport):
             loop.remove_writer(fd)
 
     async def close(self) -> None:
-        port, self._port, self._reader = self._port, None, None
+        port, self._port, self._buffer = self._port, None, None
         if port is not None:
             asyncio.get_running_loop().remove_reader(port.fileno())
             port.close()

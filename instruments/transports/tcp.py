@@ -6,40 +6,48 @@ import asyncio
 import socket
 
 from instruments.errors import ConnectError, InstrumentClosed
-from instruments.transports.base import STREAM_LIMIT, StreamTransport
+from instruments.transports.base import BufferedTransport, ReceiveBuffer
 
 
-class TcpTransport(StreamTransport):
-    _writer: asyncio.StreamWriter | None = None
+class _Receiver(asyncio.Protocol):
+    def __init__(self, buffer: ReceiveBuffer) -> None:
+        self.buffer = buffer
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer.feed(data)
+
+    def eof_received(self) -> bool:
+        self.buffer.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.buffer.feed_eof(f"connection lost: {exc}" if exc else None)
+
+
+class TcpTransport(BufferedTransport):
+    _transport: asyncio.Transport | None = None
 
     async def open(self) -> None:
-        host, port = self.address.target, self.address.port
+        host, port = self.address.target, self.address.port or 0
+        buffer = ReceiveBuffer(self.address)
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=STREAM_LIMIT)
+            transport, _ = await loop.create_connection(lambda: _Receiver(buffer), host, port)
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
-        sock = writer.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             # Commands are small and latency is what we measure: never wait for Nagle.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._reader, self._writer = reader, writer
+        self._transport, self._buffer = transport, buffer
 
     async def write(self, data: bytes) -> None:
-        writer = self._writer
-        if writer is None or writer.is_closing():
+        transport = self._transport
+        if transport is None or transport.is_closing():
             raise InstrumentClosed(f"{self.address} is not open")
-        try:
-            writer.write(data)
-            if writer.transport.get_write_buffer_size():
-                await writer.drain()
-        except OSError as exc:
-            raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
+        transport.write(data)
 
     async def close(self) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass  # the peer is already gone: closed is closed
+        transport, self._transport, self._buffer = self._transport, None, None
+        if transport is not None:
+            transport.abort()

@@ -7,11 +7,25 @@ VISA's own timeout is set to the link's so an abandoned read does not hold the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 from typing import Any
 
 from instruments.address import Address
 from instruments.errors import ConnectError, InstrumentClosed, InstrumentTimeout, ProtocolError
+
+
+def _check_socket(res: Any) -> None:
+    """pyvisa-py reports a refused SOCKET connection only at the first write; ask the
+    socket now so that a wrong port is a connect error, not a mystery later."""
+    session = getattr(res.visalib, "sessions", {}).get(res.session)
+    sock = getattr(session, "interface", None)
+    if isinstance(sock, socket.socket):
+        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:
+            res.close()
+            raise OSError(error, os.strerror(error))
 
 
 class VisaTransport:
@@ -32,10 +46,11 @@ class VisaTransport:
 
         def _open() -> Any:
             rm = pyvisa.ResourceManager(library)
-            res = rm.open_resource(self.address.target)
+            res: Any = rm.open_resource(self.address.target)
             res.timeout = self._timeout_ms
             res.read_termination = None
             res.write_termination = ""
+            _check_socket(res)
             return res
 
         try:
@@ -43,13 +58,20 @@ class VisaTransport:
         except (pyvisa.Error, OSError, ValueError) as exc:
             raise ConnectError(f"cannot open {self.address}: {exc}") from None
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
+    async def _call(self, fn: Any, *args: Any, timeout: float | None = None) -> Any:
         import pyvisa
 
         if self._resource is None:
             raise InstrumentClosed(f"{self.address} is not open")
         try:
-            return await asyncio.to_thread(fn, *args)
+            if timeout is None:
+                return await asyncio.to_thread(fn, *args)
+            # VISA's own timeout ends the blocked thread; ours bounds the caller's wait.
+            self._resource.timeout = int(timeout * 1000)
+            async with asyncio.timeout(timeout + 0.5):
+                return await asyncio.to_thread(fn, *args)
+        except TimeoutError:
+            raise InstrumentTimeout(f"{self.address}: no reply within {timeout:g} s") from None
         except pyvisa.errors.VisaIOError as exc:
             if exc.error_code == pyvisa.constants.StatusCode.error_timeout:
                 raise InstrumentTimeout(f"{self.address}: VISA timeout") from None
@@ -60,7 +82,7 @@ class VisaTransport:
     async def write(self, data: bytes) -> None:
         await self._call(self._resource.write_raw, data)
 
-    async def read_until(self, separator: bytes) -> bytes:
+    async def read_until(self, separator: bytes, timeout: float) -> bytes:
         # VISA reads stop at a single termination character; longer separators are
         # completed here by reading on until the whole separator has arrived.
         res = self._resource
@@ -68,18 +90,19 @@ class VisaTransport:
             if res is None:
                 raise InstrumentClosed(f"{self.address} is not open")
             res.read_termination = separator[-1:].decode("latin-1")
-            self._pending += await self._call(res.read_raw)
+            self._pending += await self._call(res.read_raw, timeout=timeout)
             if len(self._pending) > 16 * 1024 * 1024:
                 raise ProtocolError(f"{self.address}: no {separator!r} in 16 MiB of reply")
         head, _, tail = self._pending.partition(separator)
         self._pending = tail
         return head + separator
 
-    async def read_exactly(self, count: int) -> bytes:
+    async def read_exactly(self, count: int, timeout: float) -> bytes:
         res = self._resource
         while len(self._pending) < count:
             res.read_termination = None
-            self._pending += await self._call(res.read_bytes, count - len(self._pending))
+            self._pending += await self._call(res.read_bytes, count - len(self._pending),
+                                              timeout=timeout)
         data, self._pending = self._pending[:count], self._pending[count:]
         return data
 
@@ -90,7 +113,5 @@ class VisaTransport:
     async def close(self) -> None:
         res, self._resource = self._resource, None
         if res is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.to_thread(res.close)
-            except Exception:  # noqa: BLE001 - closing a dead session must never raise
-                pass

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Benchmark: what labd's switch driver adds on top of the device.
+
+Runs a zero-latency Polatis emulator in its own process (``labd emulate``) and measures,
+interleaved in one run:
+
+1. the round-trip time of a one-pair connect through the labd driver (``PolatisScpi``) and
+   through a minimal blocking raw-socket client sending the very same bytes; p50/p99 of
+   each and their ratio (target: ratio ≤ 1.3 at p50);
+2. a full 384-pair map replacement on a 384x384 emulator: labd's own time, i.e. the wall
+   time of ``replace()`` minus the emulator's time from the command's arrival to its
+   completion (ground truth) (target: < 20 ms).
+
+Usage: python scripts/bench_switch.py [--rounds 10] [--per-round 200] [--replacements 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from instruments.link import LinkSettings
+from instruments.polatis_scpi import PolatisScpi
+from labd.runtime import run
+from labd.stats import percentile
+
+LAB = """
+[lab]
+name = "bench"
+
+[[instrument]]
+id = "small"
+driver = "polatis-scpi"
+emulate = true
+size = "16x16"
+[instrument.emulator]
+technology = "ideal"
+
+[[instrument]]
+id = "big"
+driver = "polatis-scpi"
+emulate = true
+size = "384x384"
+[instrument.emulator]
+technology = "ideal"
+"""
+
+CONNECT = b":OXC:SWIT:CONN:ADD (@1),(@17);*OPC?;:SYST:ERR?\n"
+DISCONNECT = b":OXC:SWIT:CONN:SUB (@1),(@);*OPC?;:SYST:ERR?\n"
+
+
+async def start_emulators(lab_file: Path) -> tuple[asyncio.subprocess.Process, dict[str, str],
+                                                   str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "emulate", str(lab_file),
+        stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    endpoints: dict[str, str] = {}
+    while True:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        if not line:
+            raise SystemExit("labd emulate exited before it was ready")
+        data = json.loads(line)
+        if data.get("ready"):
+            return proc, endpoints, data["control"]
+        endpoints[data["id"]] = data["endpoint"]
+
+
+def raw_round(address: str, count: int) -> list[float]:
+    """The minimal client: blocking socket, same bytes, read to the second answer."""
+    host, port = address.removeprefix("tcp://").split(":")
+    samples = []
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            start = time.perf_counter_ns()
+            sock.sendall(CONNECT)
+            reply = b""
+            while not reply.endswith(b"\n"):
+                reply += sock.recv(4096)
+            samples.append((time.perf_counter_ns() - start) / 1e3)
+            assert reply.startswith(b"1;0,"), reply
+            sock.sendall(DISCONNECT)
+            reply = b""
+            while not reply.endswith(b"\n"):
+                reply += sock.recv(4096)
+    return samples
+
+
+async def driver_round(switch: PolatisScpi, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter_ns()
+        await switch.connect([(1, 17)])
+        samples.append((time.perf_counter_ns() - start) / 1e3)
+        await switch.disconnect([1])
+    return samples
+
+
+async def replacements(switch: PolatisScpi, control: str, count: int) -> list[tuple[float,
+                                                                                     float]]:
+    rng = random.Random(1)
+    results = []
+    async with httpx.AsyncClient(base_url=control) as http:
+        for _ in range(count):
+            egress = list(range(385, 769))
+            rng.shuffle(egress)
+            target = dict(zip(range(1, 385), egress, strict=True))
+            since = (await http.get("/v1/emulators/big/truth")).json()["changes"]
+            last = since[-1]["seq"] if since else 0
+            start = time.monotonic_ns()
+            await switch.replace(target)
+            total = time.monotonic_ns() - start
+            (change,) = (await http.get("/v1/emulators/big/truth",
+                                        params={"since": last})).json()["changes"]
+            device = change["settled_ns"] - change["arrived_ns"]
+            results.append((total / 1e6, (total - device) / 1e6))
+    return results
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=200)
+    parser.add_argument("--replacements", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        lab_file = Path(tmp) / "bench.toml"
+        lab_file.write_text(LAB)
+        proc, endpoints, control = await start_emulators(lab_file)
+        try:
+            settings = LinkSettings(timeout=5.0)
+            small = PolatisScpi(endpoints["small"], name="small", settings=settings)
+            big = PolatisScpi(endpoints["big"], name="big", settings=settings)
+            await small.open()
+            await big.open()
+            raw: list[float] = []
+            labd: list[float] = []
+            # Warm both paths, then interleave rounds so drift hits both alike.
+            await driver_round(small, 50)
+            await asyncio.to_thread(raw_round, endpoints["small"], 50)
+            for _ in range(args.rounds):
+                labd += await driver_round(small, args.per_round)
+                raw += raw_round(endpoints["small"], args.per_round)
+            full = await replacements(big, control, args.replacements)
+            await small.close()
+            await big.close()
+        finally:
+            proc.terminate()
+            await proc.wait()
+
+    print(f"One-pair connect round trip against a zero-latency Polatis SCPI emulator "
+          f"({len(labd)} samples each, interleaved), microseconds:")
+    print(f"  {'client':<28}{'p50':>10}{'p99':>10}")
+    for name, values in (("raw socket (same bytes)", raw), ("labd PolatisScpi driver", labd)):
+        print(f"  {name:<28}{percentile(values, 50):>10.1f}{percentile(values, 99):>10.1f}")
+    r50 = percentile(labd, 50) / percentile(raw, 50)
+    r99 = percentile(labd, 99) / percentile(raw, 99)
+    print(f"  {'ratio labd / raw':<28}{r50:>10.2f}{r99:>10.2f}   (target ≤ 1.30 at p50)")
+    totals = [t for t, _ in full]
+    own = [o for _, o in full]
+    print(f"\nFull 384-pair map replacement on a 384x384 emulator ({len(full)} runs), ms:")
+    print(f"  {'':<28}{'p50':>10}{'p99':>10}{'max':>10}")
+    print(f"  {'wall time of replace()':<28}{percentile(totals, 50):>10.2f}"
+          f"{percentile(totals, 99):>10.2f}{max(totals):>10.2f}")
+    print(f"  {'labd own (minus device)':<28}{percentile(own, 50):>10.2f}"
+          f"{percentile(own, 99):>10.2f}{max(own):>10.2f}   (target < 20 ms)")
+    print(f"\n(cpu count {os.cpu_count()}, python {sys.version.split()[0]})")
+
+
+if __name__ == "__main__":
+    run(main())

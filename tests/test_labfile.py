@@ -1,0 +1,109 @@
+from pathlib import Path
+
+import pytest
+
+from labd.errors import LabFileError
+from labd.labfile import load_lab, packaged_labs
+
+
+def test_packaged_demo_lab_has_every_switch_family() -> None:
+    assert "demo" in packaged_labs()
+    lab = load_lab("demo")
+    assert lab.lab.name == "demo"
+    assert {e.driver for e in lab.instrument} == {"polatis-scpi", "polatis-tl1", "calient-tl1"}
+    assert all(e.emulate for e in lab.instrument)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lab.toml"
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(LabFileError) as info:
+        load_lab(path)
+    return info.value.problems
+
+
+def test_mistakes_name_file_entry_field_and_expectation(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "rack-a"
+
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+address = "tcp://10.0.0.20"
+size = "16by16"
+colour = "red"
+
+[[instrument]]
+id = "ocs2"
+driver = "polatis-tl1"
+address = "tcp://10.0.0.21:3082"
+
+[[instrument]]
+id = "ocs3"
+driver = "calient-tl1"
+address = "tcp://10.0.0.22:3082"
+user = "admin"
+password = "x"
+size = "16x16"
+
+[[instrument]]
+id = "ocs4"
+driver = "lumentum"
+""")
+    found = problems(path)
+    head = f"{path}: [[instrument]] #"
+    assert f"{head}1 (id 'ocs1'), field 'address': address 'tcp://10.0.0.20': " \
+           "expected tcp://HOST:PORT (got 'tcp://10.0.0.20')" in found
+    assert any(p.startswith(f"{head}1 (id 'ocs1'), field 'size'") and "NxM" in p
+               for p in found)
+    assert any(p.startswith(f"{head}1 (id 'ocs1'), field 'colour': is not a known field")
+               for p in found)
+    assert f"{head}2 (id 'ocs2'), field 'user': is required" in found
+    assert any(p.startswith(f"{head}3 (id 'ocs3'), field 'size'") and "N ports" in p
+               for p in found)
+    assert any(p.startswith(f"{head}4 (id 'ocs4'): unknown driver 'lumentum'") for p in found)
+
+
+def test_emulated_entries_must_listen_here(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "x"
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+address = "tcp://10.0.0.20:5025"
+emulate = true
+""")
+    (problem,) = problems(path)
+    assert "listens on this machine" in problem
+
+
+def test_duplicate_ids_and_missing_address(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "x"
+[[instrument]]
+id = "a"
+driver = "polatis-scpi"
+emulate = true
+[[instrument]]
+id = "a"
+driver = "polatis-scpi"
+""")
+    (problem,) = problems(path)
+    assert "[[instrument]] #2 (id 'a')" in problem
+    assert "'address' is required unless emulate = true" in problem
+    (problem,) = problems(write(tmp_path, path.read_text() + 'emulate = true\n'))
+    assert "instrument ids must be unique; repeated: a" in problem
+
+
+def test_toml_syntax_and_missing_files(tmp_path: Path) -> None:
+    (problem,) = problems(write(tmp_path, "[lab\nname = 1"))
+    assert problem.startswith(f"{tmp_path / 'lab.toml'}: not valid TOML")
+    with pytest.raises(LabFileError, match="no such file, and no packaged lab"):
+        load_lab("no-such-lab")
