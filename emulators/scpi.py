@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 Handler = Callable[..., object]  # returns str | None, or an awaitable of it
