@@ -56,16 +56,20 @@ def build_device(spec: EmulatorSpec) -> Device:
     if spec.kind not in KINDS:
         raise ValueError(f"emulator {spec.id!r}: unknown kind {spec.kind!r}; "
                          f"known: {', '.join(KINDS)}")
-    device_cls, options_cls, technology = KINDS[spec.kind]
+    device_cls, options_cls, _ = KINDS[spec.kind]
     known = {f.name for f in dataclasses.fields(options_cls)}
     unknown = set(spec.options) - known
     if unknown:
         raise ValueError(f"emulator {spec.id!r}: unknown option(s) {sorted(unknown)}; "
                          f"known: {sorted(known)}")
-    timing_values = dict(spec.timing)
-    timing = TimingModel.for_technology(timing_values.pop("technology", technology),
-                                        **timing_values)
-    return device_cls(spec.id, options_cls(**spec.options), timing)  # type: ignore[no-any-return]
+    return device_cls(spec.id, options_cls(**spec.options), timing_for(spec))  # type: ignore[no-any-return]
+
+
+def timing_for(spec: EmulatorSpec) -> TimingModel:
+    """The timing model a spec asks for: its technology's defaults, then its overrides."""
+    values = dict(spec.timing)
+    technology = values.pop("technology", KINDS[spec.kind][2])
+    return TimingModel.for_technology(technology, **values)
 
 
 class EmulatedLab:
@@ -179,6 +183,4 @@ class EmulatedLab:
         for key in [emulator_id] if emulator_id else list(self.devices):
             device = self.device(key)
             device.reset()
-            spec = next(s for s in self.specs if s.id == key)
-            fresh = build_device(spec)
-            device.model.timing = fresh.model.timing
+            device.model.timing = timing_for(next(s for s in self.specs if s.id == key))

@@ -16,9 +16,8 @@ from typing import Any
 
 from instruments.errors import ProtocolError
 from instruments.link import Link
-from instruments.polatis_tl1 import Tl1Switch, _port_values
 from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
-from instruments.tl1 import Tl1Message
+from instruments.tl1_switch import Tl1Switch, port_values
 
 _PORT_STATE = {"IS": PortState.ENABLED, "OOS-MA": PortState.DISABLED,
                "OOS-AU": PortState.FAILED, "OOS-AUMA": PortState.FAILED}
@@ -120,18 +119,11 @@ class CalientTl1(Tl1Switch):
             await self._connect(link, add)
 
     async def _port_states(self, link: Link, ports: list[int] | None) -> dict[int, PortState]:
-        reply: Tl1Message = await self._cmd(link, "RTRV-PORT", "0")
+        reply = await self._cmd(link, "RTRV-PORT", "0")
         states = {}
-        for aid, rest in _port_values_aid(reply):
+        for aid, rest in port_values(reply, self.name):
             port = self.port_number(aid)
             if ports is None or port in ports:
                 fields = _fields(rest)
                 states[port] = _PORT_STATE.get(fields.get("OS", ""), PortState.UNKNOWN)
         return states
-
-
-def _port_values_aid(reply: Tl1Message) -> list[tuple[str, str]]:
-    return [(aid, rest) for aid, _, rest in (line.partition(":") for line in reply.lines)]
-
-
-__all__ = ["CalientTl1", "_port_values"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class LinkState(enum.StrEnum):
@@ -44,7 +47,8 @@ class InstrumentEvent:
     instrument: str
     kind: str
     """``state`` (link state changed), ``resync`` (reconnected and re-read; see ``drift``),
-    ``identity-changed``, or ``autonomous`` (a message the device sent on its own)."""
+    ``drift`` (a map read differed from what was expected), ``identity-changed``, or
+    ``autonomous`` (a message the device sent on its own)."""
     state: LinkState | None = None
     detail: str = ""
     drift: Drift | None = None
@@ -69,10 +73,8 @@ class EventSource:
         for listener in list(self._listeners):
             try:
                 listener(event)
-            except Exception:
-                import logging
-
-                logging.getLogger(__name__).exception("event listener failed on %s", event)
+            except Exception:  # a listener's bug must not stop the instrument
+                log.exception("event listener failed on %s", event)
 
 
 class EventQueue:

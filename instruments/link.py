@@ -62,14 +62,18 @@ class Link:
             wire_log.debug("%s discarded %r", self.name, stale)
         return stale
 
-    async def write_raw(self, data: bytes) -> None:
+    async def write_raw(self, data: bytes, *, secret: bytes | None = None) -> None:
         if self._debug:
-            wire_log.debug("%s >> %r", self.name, data)
+            shown = data.replace(secret, b"***") if secret else data
+            wire_log.debug("%s >> %r", self.name, shown)
         await self._transport.write(data)
 
-    async def write(self, message: str) -> None:
-        """Send one message with the write termination appended."""
-        await self.write_raw(message.encode(self.settings.encoding) + self._wterm)
+    async def write(self, message: str, *, secret: str | None = None) -> None:
+        """Send one message with the write termination appended; ``secret`` (a password
+        inside the message) is masked in the wire log."""
+        encoding = self.settings.encoding
+        await self.write_raw(message.encode(encoding) + self._wterm,
+                             secret=secret.encode(encoding) if secret else None)
 
     async def read_until(self, separator: bytes, *, timeout: float | None = None) -> bytes:
         limit = self.settings.timeout if timeout is None else timeout

@@ -17,7 +17,6 @@ from instruments.switch import (
     Pair,
     PortState,
     SwitchInfo,
-    plan_replace,
 )
 
 _STATES = {"E": PortState.ENABLED, "D": PortState.DISABLED, "F": PortState.FAILED}
@@ -101,5 +100,3 @@ class PolatisScpi(OpticalSwitch):
             result.update(zip(chunk, values, strict=True))
         return result
 
-
-__all__ = ["PolatisScpi", "plan_replace"]

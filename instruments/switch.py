@@ -208,14 +208,22 @@ class OpticalSwitch(EventSource, abc.ABC):
         self.expected.update(batch)
 
     async def disconnect(self, ports: Iterable[int]) -> None:
-        """Remove the cross-connects touching these ports (either side)."""
+        """Remove the cross-connects touching these ports (either side). Ports that are
+        not connected are ignored."""
         wanted = {self.check_port(p) for p in ports}
-        partners = self.partner_map()
-        lows = sorted({min(p, partners[p]) for p in wanted if p in partners})
-        if not lows:
-            return
-        await self._run(lambda link: self._disconnect(link, lows))
-        for low in lows:
+
+        async def exchange(link: Link) -> list[int]:
+            if not wanted <= self.partner_map().keys():
+                # Our map does not know some port: the device may (someone else made the
+                # pair). Ask it rather than skip the port on a stale belief.
+                self._observe(await self._read_map(link))
+            partners = self.partner_map()
+            lows = sorted({min(p, partners[p]) for p in wanted if p in partners})
+            if lows:
+                await self._disconnect(link, lows)
+            return lows
+
+        for low in await self._run(exchange):
             self.expected.pop(low, None)
 
     async def replace(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
@@ -227,8 +235,18 @@ class OpticalSwitch(EventSource, abc.ABC):
     async def cross_connects(self) -> CrossConnects:
         """Read the map from the device (and adopt it as what we expect)."""
         found = await self._run(self._read_map)
+        self._observe(found)
+        return dict(found)
+
+    def _observe(self, found: CrossConnects) -> None:
+        """Adopt a map read from the device; a difference from what we expected is
+        reported as a ``drift`` event (someone else changed the switch)."""
+        drift = Drift.between(self.expected, found)
+        if drift:
+            self._emit(InstrumentEvent(self.name, "drift", drift=drift,
+                                       detail=f"{len(drift.missing)} missing, "
+                                              f"{len(drift.unexpected)} unexpected"))
         self.expected = dict(found)
-        return found
 
     async def port_states(self, ports: Iterable[int] | None = None) -> dict[int, PortState]:
         wanted = None if ports is None else [self.check_port(p) for p in ports]

@@ -143,11 +143,12 @@ class Tl1Session:
 
     async def command(self, link: Link, verb: str, *, aid: str = "", gb: str = "",
                       params: str = "", timeout: float | None = None,
-                      check: bool = True) -> Tl1Message:
-        """Send one command and return its response; DENY raises :class:`DeviceError`."""
+                      check: bool = True, secret: str | None = None) -> Tl1Message:
+        """Send one command and return its response; DENY raises :class:`DeviceError`.
+        ``secret`` (a password in ``params``) is masked in the wire log."""
         ctag = self.next_ctag()
         text = format_command(verb, tid=self.tid, aid=aid, ctag=ctag, gb=gb, params=params)
-        await link.write(text)
+        await link.write(text, secret=secret)
         while True:
             reply = await self.read_message(link, timeout=timeout)
             if reply.tag == str(ctag):
@@ -159,12 +160,8 @@ class Tl1Session:
 
     async def login(self, link: Link, user: str, password: str) -> Tl1Message:
         """``ACT-USER``; "Already logged in" counts as success."""
-        ctag = self.next_ctag()
-        await link.write(f"ACT-USER:{self.tid}:{user}:{ctag}::{password};")
-        while True:
-            reply = await self.read_message(link)
-            if reply.tag == str(ctag):
-                break
+        reply = await self.command(link, "ACT-USER", aid=user, params=password, check=False,
+                                   secret=password)
         already = "already logged in" in (reply.comment + " ".join(reply.lines)).lower()
         if reply.status == "DENY" and not already:
             raise AuthenticationError(reply.code or "DENY", reply.comment or "login refused",

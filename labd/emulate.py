@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec
+from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec, build_device
 from labd.errors import LabFileError
 from labd.labfile import CalientTl1Entry, Instrument, Lab, Tl1Credentials
 
@@ -47,8 +47,6 @@ def emulated_lab(lab: Lab, *, control_port: int = 0) -> tuple[EmulatedLab, list[
             continue
         try:
             spec = spec_for(entry)
-            from emulators.lab import build_device
-
             build_device(spec)  # validates the emulator options before anything listens
             specs.append(spec)
         except (ValueError, TypeError) as exc:

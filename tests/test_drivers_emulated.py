@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from emulators import EmulatedLab
+from emulators import EmulatedLab, EmulatorSpec
 from instruments import DeviceError, InstrumentTimeout, ProtocolError
 from instruments.calient import CalientTl1
 from instruments.connection import Backoff
@@ -210,3 +210,40 @@ async def test_reconnect_after_the_emulator_drops_every_connection(lab: Emulated
         resync = await events.next("resync")
         assert not resync.drift
         assert await sw.cross_connects() == {}
+
+
+async def test_disconnect_a_pair_someone_else_made(lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-scpi") as scpi_side, driver(lab, "polatis-tl1") as tl1_side:
+        events = EventQueue(scpi_side)
+        await tl1_side.connect([(6, 22)])
+        await scpi_side.disconnect([22])  # an egress port the SCPI driver never saw connected
+        drift = await events.next("drift")
+        assert drift.drift is not None and drift.drift.unexpected == {6: 22}
+        assert lab.device("ocs1").model.connections == {}
+        assert scpi_side.expected == {}
+
+
+async def test_calient_quirks_prompt_and_login_not_active(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="instruments.wire")
+    options = {"ports": 16, "users": {"admin": "secret"}, "prompt": "agent> ",
+               "login_settle_ms": 100}
+    async with EmulatedLab([EmulatorSpec("cal", "calient", options, {"technology": "ideal"})],
+                           control=False) as emulated:
+        cal = CalientTl1(emulated.endpoints["cal"]["tl1"], name="cal", user="admin",
+                         password="secret", login_retry_delay=0.15)
+        async with cal:
+            await cal.connect([(1, 2)])
+            assert await cal.cross_connects() == {1: 2}
+    # The first command after login was refused, and the driver waited and retried.
+    assert "Login Not Active" in caplog.text
+    assert "agent> " in caplog.text
+
+
+async def test_password_never_reaches_the_wire_log(lab: EmulatedLab,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="instruments.wire")
+    async with driver(lab, "calient-tl1"):
+        pass
+    assert "ACT-USER::admin:1::***;" in caplog.text
+    assert "secret" not in caplog.text
