@@ -16,7 +16,7 @@ DARK_DBM = -60.0
 
 
 @dataclass
-class ModelError(Exception):
+class ModelError(ValueError):
     """A request the switch refuses. ``reason``: range, side, busy, failed, duplicate, self."""
 
     reason: str
@@ -40,6 +40,10 @@ async def sleep_until(deadline_ns: int) -> None:
         await asyncio.sleep((remaining - _SPIN_NS) / 1e9)
     while time.monotonic_ns() < deadline_ns:  # noqa: ASYNC110 - a deliberate spin
         await asyncio.sleep(0)
+
+
+_PORT_OPS = {("E", "D"): "port-disable", ("D", "E"): "port-enable", ("E", "F"): "port-fail",
+             ("D", "F"): "port-fail", ("F", "E"): "port-restore", ("F", "D"): "port-restore"}
 
 
 class SwitchModel:
@@ -105,9 +109,9 @@ class SwitchModel:
             raise ModelError("side", lo, f"ports {a} and {b} are on the same side")
         return lo, hi
 
-    def plan_connect(self, pairs: Iterable[Pair]) -> tuple[list[Pair], list[Pair]]:
-        """(to connect, to disconnect first) for adding pairs; raises ModelError."""
-        add: list[Pair] = []
+    def canonical_batch(self, pairs: Iterable[Pair], *, refuse_failed: bool) -> list[Pair]:
+        """Every pair canonical, every port once; optionally no failed port."""
+        batch: list[Pair] = []
         seen: set[int] = set()
         for a, b in pairs:
             lo, hi = self.canonical(a, b)
@@ -115,10 +119,15 @@ class SwitchModel:
                 if p in seen:
                     raise ModelError("duplicate", p, f"port {p} appears twice")
                 seen.add(p)
-                if self.state_of(p) == "F":
+                if refuse_failed and self.state_of(p) == "F":
                     raise ModelError("failed", p, f"port {p} has failed")
-            if self.connections.get(lo) != hi:
-                add.append((lo, hi))
+            batch.append((lo, hi))
+        return batch
+
+    def plan_connect(self, pairs: Iterable[Pair]) -> tuple[list[Pair], list[Pair]]:
+        """(to connect, to disconnect first) for adding pairs; raises ModelError."""
+        add = [(lo, hi) for lo, hi in self.canonical_batch(pairs, refuse_failed=True)
+               if self.connections.get(lo) != hi]
         drop: list[Pair] = []
         for lo, hi in add:
             for p in (lo, hi):
@@ -140,17 +149,12 @@ class SwitchModel:
 
     def plan_only(self, pairs: Iterable[Pair]) -> tuple[list[Pair], list[Pair]]:
         """(to connect, to disconnect) so that exactly ``pairs`` remain; unchanged pairs stay."""
-        target: dict[int, int] = {}
-        seen: set[int] = set()
-        for a, b in pairs:
-            lo, hi = self.canonical(a, b)
-            for p in (lo, hi):
-                if p in seen:
-                    raise ModelError("duplicate", p, f"port {p} appears twice")
-                seen.add(p)
-            target[lo] = hi
+        target = dict(self.canonical_batch(pairs, refuse_failed=False))
         drop = [(a, b) for a, b in self.connections.items() if target.get(a) != b]
         add = [(a, b) for a, b in target.items() if self.connections.get(a) != b]
+        for p in (p for pair in add for p in pair):
+            if self.state_of(p) == "F":
+                raise ModelError("failed", p, f"port {p} has failed")
         return sorted(add), sorted(drop)
 
     # -- changes ---------------------------------------------------------------------------
@@ -176,12 +180,19 @@ class SwitchModel:
             listener(change)
         return change
 
-    def set_port_state(self, port: int, state: str) -> None:
+    def set_port_state(self, port: int, state: str, interface: str = "control") -> None:
+        """Enable (E), disable (D, a closed shutter) or fail (F) a port; light through it
+        changes at once, so the change goes into the ground truth."""
         self.check_port(port)
+        before = self.state_of(port)
+        if state == before:
+            return
         if state == "E":
             self.port_state.pop(port, None)
         else:
             self.port_state[port] = state
+        now = time.monotonic_ns()
+        self.truth.record(interface, _PORT_OPS[before, state], [], [], now, now, ports=[port])
         for listener in list(self.port_listeners):
             listener(port, state)
 

@@ -224,7 +224,7 @@ class PolatisScpiSession(Session):
     def _set_ports(self, args: str, state: str) -> None:
         for p in self._list_or_all(args):
             if self.model.state_of(p) != "F":
-                self.model.set_port_state(p, state)
+                self.model.set_port_state(p, state, "scpi")
 
     def _power(self, args: str, _: list[int]) -> str:
         ports = self._list_or_all(args)
@@ -375,7 +375,7 @@ class PolatisTl1Session(Tl1Session):
     async def _shutter(self, c: Tl1Command, state: str) -> None:
         for p in self._ports(c.aid):
             if self.model.state_of(p) != "F":
-                self.model.set_port_state(p, state)
+                self.model.set_port_state(p, state, "tl1")
 
     async def _rtrv_power(self, c: Tl1Command, t: int) -> list[str]:
         if self.device.options.product.upper().startswith("I"):
@@ -396,6 +396,6 @@ class PolatisTl1Session(Tl1Session):
             await self._change("init-sys", lambda: self.model.plan_only([]), t)
             for p in list(self.model.port_state):
                 if self.model.state_of(p) == "D":
-                    self.model.set_port_state(p, "E")
+                    self.model.set_port_state(p, "E", "tl1")
             return
         raise Deny("IPNV", f"INIT-SYS phase {c.params!r} not supported by the emulator")

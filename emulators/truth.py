@@ -24,6 +24,8 @@ class Change:
     """When the command's last byte arrived at the emulator."""
     settled_ns: int = 0
     """When the last mirror of the batch settled (light is stable)."""
+    ports: list[int] = field(default_factory=list)
+    """Ports whose state changed (shutter, failure), for port operations."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-shaped: pairs as lists, as the control endpoint serves them."""
@@ -42,9 +44,10 @@ class GroundTruth:
         self._log: deque[Change] = deque(maxlen=limit)
 
     def record(self, interface: str, op: str, connected: list[tuple[int, int]],
-               disconnected: list[tuple[int, int]], arrived_ns: int, settled_ns: int) -> Change:
+               disconnected: list[tuple[int, int]], arrived_ns: int, settled_ns: int,
+               ports: list[int] | None = None) -> Change:
         change = Change(next(self._seq), self.emulator, interface, op, connected, disconnected,
-                        arrived_ns, settled_ns)
+                        arrived_ns, settled_ns, ports or [])
         self._log.append(change)
         return change
 

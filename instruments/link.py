@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from instruments.address import Address, parse_address
@@ -77,19 +78,16 @@ class Link:
 
     async def read_until(self, separator: bytes, *, timeout: float | None = None) -> bytes:
         limit = self.settings.timeout if timeout is None else timeout
-        try:
-            data = await self._transport.read_until(separator, limit)
-        except InstrumentError as exc:
-            exc.instrument = exc.instrument or self.name
-            raise
-        if self._debug:
-            wire_log.debug("%s << %r", self.name, data)
-        return data
+        return await self._received(self._transport.read_until(separator, limit))
 
     async def read_exactly(self, count: int, *, timeout: float | None = None) -> bytes:
         limit = self.settings.timeout if timeout is None else timeout
+        return await self._received(self._transport.read_exactly(count, limit))
+
+    async def _received(self, read: Awaitable[bytes]) -> bytes:
+        """Await a transport read: name this instrument in its errors, log its bytes."""
         try:
-            data = await self._transport.read_exactly(count, limit)
+            data = await read
         except InstrumentError as exc:
             exc.instrument = exc.instrument or self.name
             raise

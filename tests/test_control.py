@@ -36,6 +36,10 @@ async def test_truth_faults_timing_reset(lab: EmulatedLab) -> None:
 
         r = await http.post("/v1/emulators/ocs1/faults", json={"kind": "fail_port", "port": 3})
         assert r.json()["state"]["ports"] == {"3": "F"}
+        last = (await http.get("/v1/emulators/ocs1/truth",
+                               params={"since": change["seq"]})).json()["changes"]
+        assert [(c["op"], c["ports"], c["interface"]) for c in last] == [
+            ("port-fail", [3], "control")]
 
         r = await http.post("/v1/emulators/ocs1/reset")
         assert r.json()["state"] == {"size": "16x16", "connections": [], "ports": {}}
@@ -52,6 +56,8 @@ async def test_bad_requests_are_clear_and_change_nothing(lab: EmulatedLab) -> No
         assert r.status_code == 422 and "delay_ms" in r.json()["detail"]
         r = await http.post("/v1/emulators/ocs1/faults", json={"kind": "fail_port"})
         assert r.status_code == 422 and "port" in r.json()["detail"]
+        r = await http.post("/v1/emulators/ocs1/faults", json={"kind": "fail_port", "port": 99})
+        assert r.status_code == 422 and "port 99 out of range" in r.json()["detail"]
         r = await http.put("/v1/emulators/ocs1/timing", json={"switch_time_ms": -1})
         assert r.status_code == 422
         r = await http.put("/v1/emulators/ocs1/timing", json={"speed": 3})
