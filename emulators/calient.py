@@ -62,6 +62,10 @@ class CalientSwitch:
         self.crs.clear()
         self.faults.clear()
 
+    def boot(self) -> None:
+        """Power comes back: the connection database and the mirrors' positions persist."""
+        self.faults.clear()
+
     def aid(self, port: int) -> str:
         slot, index = divmod(port - 1, self.options.ports_per_slot)
         return f"1.{slot + 1}.{index + 1}"

@@ -8,6 +8,7 @@
                                               "delay_ms", "apply", "port", "now"}
     DELETE /v1/emulators/{id}/faults          clear every fault
     PUT    /v1/emulators/{id}/timing          {"switch_time_ms", "jitter_ms", "per_pair_ms", "seed"}
+    PUT    /v1/emulators/{id}/power           {"on": false} cuts power, {"on": true} boots
     POST   /v1/emulators/{id}/reset           back to power-on defaults
     POST   /v1/reset                          reset every emulator
 """
@@ -37,6 +38,11 @@ class FaultBody(BaseModel):
     apply: bool = False
     port: int | None = None
     now: bool = False
+
+
+class PowerBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    on: bool
 
 
 class TimingBody(BaseModel):
@@ -85,6 +91,10 @@ def create_app(lab: EmulatedLab) -> FastAPI:
     @app.put("/v1/emulators/{emulator_id}/timing")
     async def timing(emulator_id: str, body: TimingBody) -> dict[str, Any]:
         return lab.set_timing(emulator_id, body.model_dump(exclude_none=True))
+
+    @app.put("/v1/emulators/{emulator_id}/power")
+    async def power(emulator_id: str, body: PowerBody) -> dict[str, Any]:
+        return await lab.power(emulator_id, body.on)
 
     @app.post("/v1/emulators/{emulator_id}/reset")
     async def reset_one(emulator_id: str) -> dict[str, Any]:

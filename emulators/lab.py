@@ -23,6 +23,7 @@ class Device(Protocol):
 
     def interfaces(self) -> dict[str, Interface]: ...
     def reset(self) -> None: ...
+    def boot(self) -> None: ...
     def snapshot(self) -> dict[str, Any]: ...
 
 
@@ -90,6 +91,7 @@ class EmulatedLab:
         self._control_host, self._control_port = control_host, control_port
         self.control_url = ""
         self._control_server: Any = None
+        self.powered: dict[str, bool] = {}
 
     async def start(self) -> None:
         try:
@@ -147,6 +149,7 @@ class EmulatedLab:
             "endpoints": self.endpoints.get(emulator_id, {}),
             "timing": device.model.timing.as_dict(),
             "faults": [f.as_dict() for f in device.faults.active],
+            "powered": self.powered.get(emulator_id, True),
             "state": device.snapshot(),
         }
 
@@ -169,6 +172,21 @@ class EmulatedLab:
                 endpoint.drop_all()
         else:
             device.faults.add(fault)
+        return self.describe(emulator_id)
+
+    async def power(self, emulator_id: str, on: bool) -> dict[str, Any]:
+        """Power the device off (every endpoint stops listening, connections are cut) or
+        on again (same addresses; state as the device's boot behaviour says)."""
+        device = self.device(emulator_id)
+        servers = self._servers.get(emulator_id, [])
+        if on and not self.powered.get(emulator_id, True):
+            device.boot()
+            for endpoint in servers:
+                await endpoint.start()
+        elif not on and self.powered.get(emulator_id, True):
+            for endpoint in servers:
+                await endpoint.stop()
+        self.powered[emulator_id] = on
         return self.describe(emulator_id)
 
     def clear_faults(self, emulator_id: str) -> None:

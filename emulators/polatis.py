@@ -43,6 +43,8 @@ class PolatisOptions:
     autonomous: bool = True
     input_dbm: float = -3.0
     loss_db: float = 1.2
+    boot_mode: str = "DARK"
+    """After a power cycle: DARK (no cross-connects) or REST (restore the last ones)."""
 
 
 class PolatisSwitch:
@@ -75,6 +77,12 @@ class PolatisSwitch:
     def reset(self) -> None:
         self.model.reset()
         self.faults.clear()
+
+    def boot(self) -> None:
+        """Power comes back: a dark boot loses every cross-connect, REST/AUT keep them."""
+        self.faults.clear()
+        if self.options.boot_mode.upper() == "DARK":
+            self.model.reset()
 
     def snapshot(self) -> dict[str, Any]:
         return self.model.snapshot()
@@ -121,8 +129,8 @@ class PolatisScpiSession(Session):
             ":OXC:SWITch:PORT:STATe?": self._port_state,
             ":OXC:SWITch:PORT:DISable": lambda a, s: self._set_ports(a, "D"),
             ":OXC:SWITch:PORT:ENABle": lambda a, s: self._set_ports(a, "E"),
-            ":OXC:BOOT:MODE?": lambda a, s: "DARK",
-            ":OXC:BOOT:MODE": lambda a, s: None,
+            ":OXC:BOOT:MODE?": lambda a, s: device.options.boot_mode,
+            ":OXC:BOOT:MODE": self._boot_mode,
             ":SYSTem:ERRor?": lambda a, s: self.state.pop_error(),
             ":SYSTem:ERRor:NEXT?": lambda a, s: self.state.pop_error(),
             ":SYSTem:ERRor:ALL?": self._err_all,
@@ -229,6 +237,12 @@ class PolatisScpiSession(Session):
     def _power(self, args: str, _: list[int]) -> str:
         ports = self._list_or_all(args)
         return "(" + ",".join(f"{self.model.power_dbm(p):.2f}" for p in ports) + ")"
+
+    def _boot_mode(self, args: str, _: list[int]) -> None:
+        mode = args.strip().upper()
+        if mode not in ("DARK", "REST", "AUT"):
+            raise ScpiError(-224, "Illegal parameter value; expected DARK, REST or AUT")
+        self.device.options.boot_mode = mode
 
     def _err_all(self, args: str, _: list[int]) -> str:
         entries = []

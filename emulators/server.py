@@ -70,6 +70,7 @@ class Endpoint:
             self._server = await asyncio.start_server(self._on_client, self.host, self.port,
                                                       limit=16 * 1024 * 1024)
             sock_host, sock_port = self._server.sockets[0].getsockname()[:2]
+            self.port = sock_port  # a restart (power cycle) comes back on the same port
             self.address = f"tcp://{sock_host}:{sock_port}"
         else:
             self.address = f"serial://{self._open_pty()}"
@@ -195,6 +196,7 @@ class Endpoint:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+            self._server = None
         if self._pty is not None:
             master, slave = self._pty
             asyncio.get_running_loop().remove_reader(master)

@@ -79,11 +79,13 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
         console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation, "
                       f"control endpoint {emulated.control_url}")
         switches = [make_switch(e, endpoint_of(emulated, e)) for e in entries]
+        found = Table(box=None, show_header=False, pad_edge=False)
         for sw in switches:
             await sw.open()
             assert sw.info is not None
-            console.print(f"  {sw.name:6} {type(sw).driver:13} {sw.info.vendor} "
-                          f"{sw.info.model} ({sw.info.size}) at {sw.connection.link.address}")
+            found.add_row(sw.name, type(sw).driver, f"{sw.info.vendor} {sw.info.model}",
+                          sw.info.size, str(sw.connection.link.address))
+        console.print(found)
         try:
             with Progress(console=console, transient=True) as progress:
                 tasks = [progress.add_task(f"reconfiguring {sw.name}", total=2 * rounds)

@@ -1,6 +1,9 @@
 """The emulator control endpoint over real HTTP."""
 
+import asyncio
+
 import httpx
+import pytest
 
 from emulators import EmulatedLab
 from instruments.polatis_scpi import PolatisScpi
@@ -65,3 +68,20 @@ async def test_bad_requests_are_clear_and_change_nothing(lab: EmulatedLab) -> No
         described = (await http.get("/v1/emulators/ocs1")).json()
         assert described["faults"] == [] and described["state"]["ports"] == {}
         assert described["timing"]["switch_time_ms"] == 2.0
+
+
+async def test_power_cycle_over_http(lab: EmulatedLab) -> None:
+    address = lab.endpoints["ocs1"]["scpi"]
+    host, port = address.removeprefix("tcp://").split(":")
+    async with httpx.AsyncClient(base_url=lab.control_url) as http:
+        r = await http.put("/v1/emulators/ocs1/power", json={"on": False})
+        assert r.status_code == 200 and r.json()["powered"] is False
+        with pytest.raises(OSError):
+            await asyncio.open_connection(host, int(port))
+        r = await http.put("/v1/emulators/ocs1/power", json={"on": True})
+        assert r.json()["powered"] is True
+        assert r.json()["endpoints"]["scpi"] == address
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.close()
+        r = await http.put("/v1/emulators/ocs1/power", json={"on": "maybe"})
+        assert r.status_code == 422

@@ -247,3 +247,21 @@ async def test_password_never_reaches_the_wire_log(lab: EmulatedLab,
         pass
     assert "ACT-USER::admin:1::***;" in caplog.text
     assert "secret" not in caplog.text
+
+
+async def test_power_cycle_reconnects_and_reports_what_a_dark_boot_lost(
+        lab: EmulatedLab) -> None:
+    async with driver(lab, "polatis-scpi") as sw:
+        await sw.connect([(1, 17), (2, 18)])
+        events = EventQueue(sw)
+        await lab.power("ocs1", on=False)
+        with pytest.raises(InstrumentClosed):
+            await sw.cross_connects()
+        # Reconnect attempts fail while the power is off; the driver keeps trying.
+        while (event := await events.next("state")).state is not LinkState.CONNECTING:
+            pass
+        assert (await events.next("state")).state is LinkState.BACKOFF
+        await lab.power("ocs1", on=True)
+        resync = await events.next("resync")
+        assert resync.drift is not None and resync.drift.missing == {1: 17, 2: 18}
+        assert sw.state is LinkState.ONLINE and sw.expected == {}
