@@ -258,7 +258,7 @@ async def test_power_cycle_reconnects_and_reports_what_a_dark_boot_lost(
         with pytest.raises(InstrumentClosed):
             await sw.cross_connects()
         # Reconnect attempts fail while the power is off; the driver keeps trying.
-        while (event := await events.next("state")).state is not LinkState.CONNECTING:
+        while (await events.next("state")).state is not LinkState.CONNECTING:
             pass
         assert (await events.next("state")).state is LinkState.BACKOFF
         await lab.power("ocs1", on=True)
