@@ -104,10 +104,15 @@ class Link:
             raise ProtocolError(f"reply is not {self.settings.encoding}: {raw!r}",
                                 instrument=self.name) from None
 
-    async def query(self, message: str, *, timeout: float | None = None) -> str:
-        await self.write(message)
+    async def write_query(self, message: str, *, secret: str | None = None) -> None:
+        """Send a message that expects a reply, then hold off the instrument's query delay
+        (slow firmware that must not be read from too soon)."""
+        await self.write(message, secret=secret)
         if self.settings.query_delay:
             await asyncio.sleep(self.settings.query_delay)
+
+    async def query(self, message: str, *, timeout: float | None = None) -> str:
+        await self.write_query(message)
         return await self.read_line(timeout=timeout)
 
     def require_open(self) -> None:

@@ -70,7 +70,7 @@ def split_answers(line: str) -> list[str]:
 async def query_all(link: Link, message: str, count: int) -> list[str]:
     """Send one program message holding ``count`` queries; return the ``count`` answers,
     whether the device joins them on one line or sends one line each."""
-    await link.write(message)
+    await link.write_query(message)
     answers: list[str] = []
     while len(answers) < count:
         answers.extend(split_answers(await link.read_line()))
@@ -84,7 +84,7 @@ async def command_checked(link: Link, command: str) -> None:
     """Run a command, wait until the device has completed it (``*OPC?``) and raise
     :class:`DeviceError` if it queued an error. One round trip."""
     message = f"{command};*OPC?;:SYST:ERR?"
-    await link.write(message)
+    await link.write_query(message)
     answers = split_answers(await link.read_line())
     # Check the first answer before waiting for a second line: a garbled reply must fail
     # now, not after the timeout.

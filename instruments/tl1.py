@@ -148,7 +148,7 @@ class Tl1Session:
         ``secret`` (a password in ``params``) is masked in the wire log."""
         ctag = self.next_ctag()
         text = format_command(verb, tid=self.tid, aid=aid, ctag=ctag, gb=gb, params=params)
-        await link.write(text, secret=secret)
+        await link.write_query(text, secret=secret)
         while True:
             reply = await self.read_message(link, timeout=timeout)
             if reply.tag == str(ctag):

@@ -4,6 +4,7 @@ answers with exact bytes, one connection after another."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 CLOSE = object()  # as a reply: close the connection
@@ -17,6 +18,8 @@ class ScriptedDevice:
 
     connections: list[list[tuple[bytes, object]]]
     received: list[bytes] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    """time.monotonic() at which each expected request had fully arrived."""
     mismatches: list[str] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     _server: asyncio.Server | None = None
@@ -47,6 +50,7 @@ class ScriptedDevice:
             for expected, reply in script:
                 got = await reader.readexactly(len(expected)) if expected else b""
                 self.received.append(got)
+                self.arrivals.append(time.monotonic())
                 if got != expected:
                     self.mismatches.append(f"expected {expected!r}, got {got!r}")
                     break

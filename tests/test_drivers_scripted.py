@@ -101,9 +101,10 @@ async def test_polatis_scpi_port_states_and_power() -> None:
             await ocs.port_power([19])
 
 
-def tl1_switch(address: str, cls: type = PolatisTl1, **options: object) -> PolatisTl1:
+def tl1_switch(address: str, cls: type = PolatisTl1, timeout: float = 0.5,
+               **options: object) -> PolatisTl1:
     return cls(address, name="ocs", backoff=FAST, user="admin", password="root",
-               settings=LinkSettings(write_termination="\r\n", timeout=0.5), **options)
+               settings=LinkSettings(write_termination="\r\n", timeout=timeout), **options)
 
 
 POLATIS_TL1_START = [
@@ -184,3 +185,51 @@ async def test_calient_two_phase_connect_and_states() -> None:
 def test_tl1_drivers_need_credentials() -> None:
     with pytest.raises(InvalidRequest, match="needs 'user' and 'password'"):
         PolatisTl1("tcp://127.0.0.1:1", name="x")
+
+
+async def test_polatis_tl1_malformed_block_and_silence() -> None:
+    first = [*POLATIS_TL1_START,
+             (b"RTRV-PATCH:::6:;\r\n", b"\r\n\n   SW-A 24-05-01 12:00:00\r\nhello\r\n;"),
+             ]
+    second = [(b"ACT-USER::admin:7::root;\r\n", tl1_block(7)),
+              (b"RTRV-NETYPE:::8:;\r\n", tl1_block(8, ["Polatis,N-OST-16x16-LA1,OCS,6.5.2"])),
+              (b"RTRV-INV::OCS:9:;\r\n", tl1_block(9, ["OCS:SN=002414,PN=x"])),
+              (b"RTRV-EQPT::SYSTEM:10::PARAMETER=SIZE;\r\n",
+               tl1_block(10, ["SYSTEM:SIZE=16x16"])),
+              (b"RTRV-PATCH:::11:;\r\n", tl1_block(11, ["1,17"])),
+              (b"RTRV-PATCH:::12:;\r\n", SILENCE)]
+    async with ScriptedDevice([first, second]) as dev, tl1_switch(dev.address, timeout=0.2) as ocs:
+        events = EventQueue(ocs)
+        with pytest.raises(ProtocolError, match="without a response line"):
+            await ocs.cross_connects()
+        resync = await events.next("resync")
+        assert resync.drift is not None and not resync.drift
+        with pytest.raises(InstrumentTimeout):
+            await ocs.cross_connects()
+    assert not dev.mismatches
+
+
+async def test_calient_malformed_cross_connect_line() -> None:
+    script = [
+        (b"ACT-USER::admin:1::root;\r\n", tl1_block(1)),
+        (b"RTRV-NE:::2:;\r\n", tl1_block(2, ["SERIALNUMBER=S1,CHASSISTYPE=S320"])),
+        (b"RTRV-CRS:::3:;\r\n", tl1_block(3, ["1.1.1-1.1.2:GRPNAME=SYSTEM"])),
+        (b"", CLOSE),
+    ]
+    async with ScriptedDevice([script]) as dev:
+        cal = tl1_switch(dev.address, CalientTl1, size="64")
+        with pytest.raises(ProtocolError, match="lacks SRCPORT/DSTPORT"):
+            await cal.open()
+        await cal.close()
+
+
+async def test_query_delay_is_honoured_between_query_and_read() -> None:
+    async with ScriptedDevice([[IDN, STAT_EMPTY]]) as dev:
+        ocs = PolatisScpi(dev.address, name="ocs",
+                          settings=LinkSettings(timeout=0.5, query_delay=0.05))
+        await ocs.open()
+        await ocs.close()
+    # The device answered *IDN? at once; the driver still waited the query delay before
+    # reading it, so STAT? could not arrive sooner than that after *IDN?.
+    idn_at, stat_at = dev.arrivals
+    assert stat_at - idn_at >= 0.05
