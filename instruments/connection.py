@@ -145,6 +145,9 @@ class Connection(EventSource):
                     await self._connect_locked(on_failure=LinkState.BACKOFF)
                 except InstrumentError as exc:
                     log.info("%s: reconnect attempt %d failed: %s", self.name, self.attempts, exc)
+                except Exception:
+                    # A driver bug while resynchronising must not end the reconnect loop.
+                    log.exception("%s: reconnect attempt %d failed", self.name, self.attempts)
 
     async def wait_online(self, timeout: float) -> None:
         """Wait until the link is up again (raises TimeoutError)."""

@@ -40,7 +40,12 @@ class PolatisScpi(OpticalSwitch):
         if match:
             n, m = int(match.group(1)), int(match.group(2))
         else:
-            n, m = (int(v) for v in scpi.parse_tokens(await link.query(":OXC:SWIT:SIZE?"))[:2])
+            size = await link.query(":OXC:SWIT:SIZE?")
+            try:
+                n, m = (int(v) for v in scpi.parse_tokens(size)[:2])
+            except ValueError:
+                raise ProtocolError(f":OXC:SWIT:SIZE? answered {size!r}, expected N,M",
+                                    instrument=self.name) from None
         return SwitchInfo(vendor, model, serial, firmware, n, m)
 
     async def _read_map(self, link: Link) -> CrossConnects:

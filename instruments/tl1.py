@@ -14,10 +14,11 @@ prompt lines some devices print (``agent> ``).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from instruments.errors import AuthenticationError, DeviceError, ProtocolError
+from instruments.errors import AuthenticationError, DeviceError, InstrumentTimeout, ProtocolError
 from instruments.link import Link
 
 _HEADER = re.compile(
@@ -149,8 +150,15 @@ class Tl1Session:
         ctag = self.next_ctag()
         text = format_command(verb, tid=self.tid, aid=aid, ctag=ctag, gb=gb, params=params)
         await link.write_query(text, secret=secret)
+        limit = link.settings.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         while True:
-            reply = await self.read_message(link, timeout=timeout)
+            # One deadline for the whole command, however many other blocks arrive first.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise InstrumentTimeout(f"no response to ctag {ctag} within {limit:g} s",
+                                        instrument=link.name)
+            reply = await self.read_message(link, timeout=remaining)
             if reply.tag == str(ctag):
                 break
             # A reply to an earlier command (one that timed out) arriving late: not ours.
