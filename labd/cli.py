@@ -17,7 +17,7 @@ from rich.console import Console
 from instruments.errors import InstrumentError
 from labd import __version__
 from labd.errors import LabdError, LabFileError
-from labd.labfile import load_lab
+from labd.labfile import Lab, load_lab
 from labd.runtime import run
 
 app = typer.Typer(
@@ -170,7 +170,7 @@ def check(lab: Annotated[str, typer.Argument(help="Lab file path or packaged nam
         console.print(f"  {entry.id:12} {entry.driver:14} {where}")
 
 
-def _load(lab: str):  # type: ignore[no-untyped-def]
+def _load(lab: str) -> Lab:
     try:
         return load_lab(lab)
     except LabFileError as exc:

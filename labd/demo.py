@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass, field
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from emulators.lab import EmulatedLab
+from instruments.errors import InstrumentError
 from instruments.events import EventQueue
 from instruments.switch import OpticalSwitch
 from labd.emulate import emulated_lab, endpoint_of
@@ -47,8 +49,8 @@ def _pairs(switch: OpticalSwitch, k: int, rng: random.Random) -> list[tuple[int,
     return [(ports[2 * i], ports[2 * i + 1]) for i in range(k)]
 
 
-async def _exercise(switch: OpticalSwitch, truth_since: int, lab_truth: object, rounds: int,
-                    rng: random.Random, progress: Progress, task: object) -> SwitchRun:
+async def _exercise(switch: OpticalSwitch, emulated: EmulatedLab, rounds: int,
+                    rng: random.Random, progress: Progress, task: TaskID) -> SwitchRun:
     run = SwitchRun(switch.name, type(switch).driver)
     sent: list[tuple[int, int]] = []
     await switch.replace({})
@@ -61,8 +63,8 @@ async def _exercise(switch: OpticalSwitch, truth_since: int, lab_truth: object, 
             else:
                 await switch.disconnect([a for a, _ in pairs])
             sent.append((start, time.monotonic_ns()))
-            progress.advance(task)  # type: ignore[arg-type]
-    changes = lab_truth(switch.name, truth_since)["changes"]  # type: ignore[operator]
+            progress.advance(task)
+    changes = emulated.truth(switch.name)["changes"]
     for (start, end), change in zip(sent, changes[-len(sent):], strict=True):
         device = (change["settled_ns"] - change["arrived_ns"]) / 1e6
         run.ack_ms.append((end - start) / 1e6)
@@ -91,8 +93,7 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                 tasks = [progress.add_task(f"reconfiguring {sw.name}", total=2 * rounds)
                          for sw in switches]
                 runs = await asyncio.gather(*(
-                    _exercise(sw, 0, emulated.truth, rounds, random.Random(rng.random()),
-                              progress, task)
+                    _exercise(sw, emulated, rounds, random.Random(rng.random()), progress, task)
                     for sw, task in zip(switches, tasks, strict=True)))
             console.print(_report(runs))
             await _fault_drill(switches[0], emulated, console)
@@ -121,14 +122,12 @@ def _report(runs: list[SwitchRun]) -> Table:
     return table
 
 
-async def _fault_drill(switch: OpticalSwitch, emulated: object, console: Console) -> None:
+async def _fault_drill(switch: OpticalSwitch, emulated: EmulatedLab, console: Console) -> None:
     """Cut the link while a connect is on the wire; show the reconnect and the drift."""
-    from instruments.errors import InstrumentError
-
     console.print(f"\n[bold]Fault drill[/] on {switch.name}: the link is cut mid-command "
                   "(the switch carries the command out, the reply never comes)")
     events = EventQueue(switch)
-    emulated.inject(switch.name, {"kind": "drop", "apply": True})  # type: ignore[attr-defined]
+    emulated.inject(switch.name, {"kind": "drop", "apply": True})
     pair = _pairs(switch, 1, random.Random(7))
     start = time.monotonic_ns()
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import AsyncIterator
 
 from rich.console import Console
 from rich.markup import escape
@@ -67,7 +68,7 @@ async def probe(address: str, *, commands: list[str], write_term: str, read_term
     return 1 if failures else 0
 
 
-async def _lines(commands: list[str], interactive: bool):  # type: ignore[no-untyped-def]
+async def _lines(commands: list[str], interactive: bool) -> AsyncIterator[str]:
     if commands:
         for command in commands:
             yield command

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 CLOSE = object()  # as a reply: close the connection
@@ -57,8 +58,8 @@ class ScriptedDevice:
                 if reply is CLOSE:
                     writer.close()
                     return
-                if reply:
-                    writer.write(reply)  # type: ignore[arg-type]
+                if isinstance(reply, bytes) and reply:
+                    writer.write(reply)
                     await writer.drain()
             if self._index == len(self.connections):
                 self.done.set()
@@ -69,7 +70,7 @@ class ScriptedDevice:
             writer.close()
 
 
-def tl1_block(ctag: int | str, lines: list[str] = (), *, sid: str = "SW-A",  # type: ignore[assignment]
+def tl1_block(ctag: int | str, lines: Sequence[str] = (), *, sid: str = "SW-A",
               deny: tuple[str, str] | None = None) -> bytes:
     out = f"\r\n\n   {sid} 24-05-01 12:00:00\r\n"
     if deny:

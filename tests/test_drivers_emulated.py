@@ -121,7 +121,8 @@ async def test_cut_mid_command_reconnects_resyncs_and_reports_drift(lab: Emulate
         if kind == "calient-tl1":
             # ENT-CRS ran, the cut came on it: provisioned, no light, so no drift in light.
             assert not resync.drift
-            assert await sw.provisioned() == [(p, q)]  # type: ignore[attr-defined]
+            assert isinstance(sw, CalientTl1)
+            assert await sw.provisioned() == [(p, q)]
         else:
             assert resync.drift.unexpected == {p: q}
             assert sw.expected == {p: q}

@@ -4,6 +4,7 @@ the pty, a raw socket for TL1."""
 import asyncio
 import re
 import socket
+from typing import Any
 
 import pytest
 import pyvisa
@@ -12,7 +13,7 @@ import serial
 from emulators import EmulatedLab, EmulatorSpec
 
 
-def visa_resource(address: str):  # type: ignore[no-untyped-def]
+def visa_resource(address: str) -> Any:
     host, port = address.removeprefix("tcp://").split(":")
     rm = pyvisa.ResourceManager("@py")
     res = rm.open_resource(f"TCPIP::{host}::{port}::SOCKET")
