@@ -171,11 +171,14 @@ class OpticalSwitch(EventSource, abc.ABC):
                 a, b = item
             except (TypeError, ValueError):
                 raise InvalidRequest(f"not a port pair: {item!r}", instrument=self.name) from None
+            if type(a) is not int or type(b) is not int:
+                self.check_port(a)  # raises InvalidRequest naming the odd one
+                self.check_port(b)
             if a > b:
                 a, b = b, a
-            if not (type(a) is int and type(b) is int and a >= 1 and b <= top):
-                for p in (a, b):
-                    self.check_port(p)
+            if not (a >= 1 and b <= top):
+                self.check_port(a)
+                self.check_port(b)
             if a == b:
                 raise InvalidRequest(f"pair ({a}, {b}) joins a port to itself",
                                      instrument=self.name)

@@ -80,7 +80,8 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
     async with emulated:
         console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation, "
                       f"control endpoint {emulated.control_url}")
-        switches = [make_switch(e, endpoint_of(emulated, e)) for e in entries]
+        switches = [make_switch(e, endpoint_of(emulated, e), source=lab.source)
+                    for e in entries]
         found = Table(box=None, show_header=False, pad_edge=False)
         for sw in switches:
             await sw.open()

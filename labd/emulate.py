@@ -50,8 +50,9 @@ def emulated_lab(lab: Lab, *, control_port: int = 0) -> tuple[EmulatedLab, list[
             build_device(spec)  # validates the emulator options before anything listens
             specs.append(spec)
         except (ValueError, TypeError) as exc:
+            where = str(exc) if str(exc).startswith("field ") else f"field 'emulator': {exc}"
             problems.append(f"{lab.source}: [[instrument]] #{index + 1} (id {entry.id!r}), "
-                            f"field 'emulator': {exc}")
+                            f"{where}")
     if problems:
         raise LabFileError(lab.source, problems)
     return EmulatedLab(specs, control_port=control_port), entries

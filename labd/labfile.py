@@ -127,13 +127,15 @@ class Tl1Credentials(SwitchEntry):
         return self
 
     def resolved_password(self) -> str:
+        """The password, from the file or from the environment; ValueError names what is
+        missing."""
         if self.password is not None:
             return self.password
         assert self.password_env is not None
         value = os.environ.get(self.password_env)
         if value is None:
-            raise LabFileError("", [f"instrument {self.id!r}: environment variable "
-                                    f"{self.password_env} (password_env) is not set"])
+            raise ValueError(f"field 'password_env': environment variable "
+                             f"{self.password_env} is not set; export it, or give 'password'")
         return value
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from instruments.link import LinkSettings
 from instruments.registry import switch_driver
 from instruments.switch import OpticalSwitch
+from labd.errors import LabFileError
 from labd.labfile import CalientTl1Entry, Instrument, Tl1Credentials
 
 
@@ -22,16 +23,22 @@ def link_settings(entry: Instrument, defaults: LinkSettings) -> LinkSettings:
     )
 
 
-def make_switch(entry: Instrument, address: str | None = None) -> OpticalSwitch:
+def make_switch(entry: Instrument, address: str | None = None, *, source: str = "lab file"
+                ) -> OpticalSwitch:
     """A driver (not yet open) for a switch entry; ``address`` overrides the entry's
-    (an emulator's resolved endpoint)."""
+    (an emulator's resolved endpoint). ``source`` names the lab file in errors."""
     cls = switch_driver(entry.driver)
     where = address or entry.address
     if where is None:
-        raise ValueError(f"instrument {entry.id!r} has no address; start its emulator first")
+        raise LabFileError(source, [f"{source}: instrument {entry.id!r}: no address, and no "
+                                    "emulator started for it"])
     options: dict[str, Any] = {}
     if isinstance(entry, Tl1Credentials):
-        options.update(user=entry.user, password=entry.resolved_password(), tid=entry.tid)
+        try:
+            password = entry.resolved_password()
+        except ValueError as exc:
+            raise LabFileError(source, [f"{source}: instrument {entry.id!r}, {exc}"]) from None
+        options.update(user=entry.user, password=password, tid=entry.tid)
     if isinstance(entry, CalientTl1Entry):
         options.update(ports_per_slot=entry.ports_per_slot, group=entry.group,
                        aid_lists=entry.aid_lists)

@@ -233,3 +233,15 @@ async def test_query_delay_is_honoured_between_query_and_read() -> None:
     # reading it, so STAT? could not arrive sooner than that after *IDN?.
     idn_at, stat_at = dev.arrivals
     assert stat_at - idn_at >= 0.05
+
+
+async def test_requests_of_the_wrong_shape_are_refused_clearly() -> None:
+    async with ScriptedDevice([[IDN, STAT_EMPTY]]) as dev, scpi_switch(dev.address) as ocs:
+        with pytest.raises(InvalidRequest, match="port '17' is not on"):
+            await ocs.connect([(1, "17")])  # type: ignore[list-item]
+        with pytest.raises(InvalidRequest, match="not a port pair"):
+            await ocs.connect([(1, 17, 18)])  # type: ignore[list-item]
+        with pytest.raises(InvalidRequest, match="port 0 is not on"):
+            await ocs.disconnect([0])
+        assert ocs.expected == {}
+    assert not dev.mismatches
