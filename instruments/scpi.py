@@ -40,6 +40,30 @@ def parse_channel_lists(text: str) -> list[list[int]]:
     return result
 
 
+def program_message(*units: str) -> str:
+    """Join program message units with ``;``, writing each header relative to the previous
+    one where they share a parent node (standard SCPI path context), so that
+    ``(":SENS1:POW:WAV 1550NM", ":SENS1:POW:UNIT 0")`` becomes
+    ``:SENS1:POW:WAV 1550NM;UNIT 0``. Common commands (``*OPC?``) leave the context alone.
+    """
+    out: list[str] = []
+    context: list[str] | None = None  # parent node of the previous unit, upper-cased
+    for unit in units:
+        header, sep, args = unit.strip().partition(" ")
+        if header.startswith("*"):
+            out.append(unit.strip())
+            continue
+        nodes = header.lstrip(":").split(":")
+        parent = [n.upper() for n in nodes[:-1]]
+        if context is not None and out and parent[: len(context)] == context and context:
+            text = ":".join(nodes[len(context):])
+        else:
+            text = ":" + ":".join(nodes)
+        out.append(text + sep + args)
+        context = parent
+    return ";".join(out)
+
+
 def parse_error(text: str) -> tuple[int, str]:
     """``-113, "Undefined header"`` (or ``+0,"No error"``) → ``(-113, "Undefined header")``."""
     match = _ERROR.match(text)

@@ -58,3 +58,27 @@ async def test_command_checked_raises_the_devices_error_and_drains_the_queue() -
     assert info.value.code == -222
     assert "Data out of range" in str(info.value)
     assert not dev.mismatches
+
+
+def test_program_message_uses_relative_headers() -> None:
+    assert (scpi.program_message(":SENS1:POW:WAV 1550NM", ":SENS1:POW:UNIT 0", "*OPC?",
+                                 ":SENS1:POW:ATIM 0.001")
+            == ":SENS1:POW:WAV 1550NM;UNIT 0;*OPC?;ATIM 0.001")
+    assert (scpi.program_message(":OXC:SWIT:CONN:ONLY (@1),(@17)", ":OXC:SWIT:CONN:STAT?",
+                                 ":SYST:ERR?")
+            == ":OXC:SWIT:CONN:ONLY (@1),(@17);STAT?;:SYST:ERR?")
+    assert scpi.program_message("*CLS", ":SYST:ERR?") == "*CLS;:SYST:ERR?"
+
+
+async def test_relative_program_message_against_the_emulator() -> None:
+    from emulators import EmulatedLab, EmulatorSpec
+
+    async with EmulatedLab([EmulatorSpec("x", "polatis", {}, {"technology": "ideal"})],
+                           control=False) as lab:
+        link = Link(lab.endpoints["x"]["scpi"])
+        await link.open()
+        message = scpi.program_message(":OXC:SWIT:CONN:ONLY (@1,2),(@17,18)",
+                                       ":OXC:SWIT:CONN:STAT?", ":OXC:SWIT:SIZE?", "*OPC?")
+        assert message == ":OXC:SWIT:CONN:ONLY (@1,2),(@17,18);STAT?;:OXC:SWIT:SIZE?;*OPC?"
+        assert await scpi.query_all(link, message, 3) == ["(@1,2),(@17,18)", "16,16", "1"]
+        await link.close()
