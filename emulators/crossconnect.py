@@ -5,14 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from emulators.timing import TimingModel
+import numpy as np
+
+from emulators.timing import TRANSIENTS, TimingModel
 from emulators.truth import Change, GroundTruth
 
 Pair = tuple[int, int]
 DARK_DBM = -60.0
+#: Transitions remembered per port: enough to replay any trace a meter can still fetch.
+HISTORY = 64
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A port's light moving from ``old`` partner to ``new`` (either may be None)."""
+
+    start_ns: int
+    settle_ns: int
+    old: int | None
+    new: int | None
+    technology: str
 
 
 @dataclass
@@ -66,6 +82,10 @@ class SwitchModel:
         self.port_state: dict[int, str] = {}  # only ports not enabled: "D" or "F"
         self.listeners: list[Callable[[Change], None]] = []
         self.port_listeners: list[Callable[[int, str], None]] = []
+        self._history: dict[int, deque[Transition]] = {}
+        self._state_history: dict[int, deque[tuple[int, str]]] = {}
+        #: Set by an optical model: light at a port, in dBm, now.
+        self.power_probe: Callable[[int], float] | None = None
 
     @property
     def ports(self) -> int:
@@ -83,8 +103,11 @@ class SwitchModel:
         return self.port_state.get(port, "E")
 
     def power_dbm(self, port: int) -> float:
-        """Light at a port: ingress ports see the launch power, a connected egress port the
-        launch power less insertion loss; failed or shuttered paths are dark."""
+        """Light at a port. In a lab with an optical model, what really arrives there;
+        standing alone, ingress ports see ``input_dbm``, a connected egress port that less
+        insertion loss; failed or shuttered paths are dark."""
+        if self.power_probe is not None:
+            return self.power_probe(port)
         if self.state_of(port) != "E":
             return DARK_DBM
         if not self.any_to_any and port <= self.ingress:
@@ -93,6 +116,44 @@ class SwitchModel:
         if other is None or self.state_of(other) != "E":
             return DARK_DBM
         return self.input_dbm - self.loss_db
+
+    def transmissions(self, port: int, times: np.ndarray) -> dict[int, np.ndarray]:
+        """For light entering ``port``, the fraction leaving through each other port at each
+        of ``times`` (monotonic ns), transients and insertion loss included."""
+        out: dict[int, np.ndarray] = {}
+        history = self._history.get(port)
+        if not history:
+            partner = self._partner.get(port)
+            if partner is not None:
+                out[partner] = np.ones(times.shape)
+        else:
+            starts = np.fromiter((h.start_ns for h in history), np.int64, len(history))
+            index = np.searchsorted(starts, times, side="right") - 1
+            for k in np.unique(index):
+                mask = index == k
+                if k < 0:  # before the oldest transition we remember
+                    _add(out, history[0].old, mask, 1.0, times.shape)
+                    continue
+                h = history[int(k)]
+                span = max(1, h.settle_ns - h.start_ns)
+                frac = np.clip((times[mask] - h.start_ns) / span, 0.0, 1.0)
+                fall, rise = TRANSIENTS[h.technology]
+                _add(out, h.old, mask, fall(frac), times.shape)
+                _add(out, h.new, mask, rise(frac), times.shape)
+        loss = 10 ** (-self.loss_db / 10)
+        lit_here = self._lit(port, times)
+        return {p: tr * loss * lit_here * self._lit(p, times) for p, tr in out.items()}
+
+    def _lit(self, port: int, times: np.ndarray) -> np.ndarray:
+        """1 where the port was enabled at each time, 0 where shuttered or failed."""
+        history = self._state_history.get(port)
+        if not history:
+            return np.full(times.shape, 1.0 if self.state_of(port) == "E" else 0.0)
+        stamps = np.fromiter((t for t, _ in history), np.int64, len(history))
+        enabled = np.array([1.0 if s == "E" else 0.0 for _, s in history])
+        index = np.searchsorted(stamps, times, side="right") - 1
+        before = 1.0 if history[0][1] != "E" else 0.0  # the state before the first change
+        return np.where(index < 0, before, enabled[np.maximum(index, 0)])
 
     # -- validation ------------------------------------------------------------------------
     def check_port(self, port: int) -> None:
@@ -161,6 +222,8 @@ class SwitchModel:
     async def change(self, interface: str, op: str, connect: list[Pair],
                      disconnect: list[Pair], arrived_ns: int) -> Change | None:
         """Apply a planned change, wait until the mirrors settle, record the truth."""
+        touched = {p for pair in (*connect, *disconnect) for p in pair}
+        before = {p: self._partner.get(p) for p in touched}
         for lo, hi in disconnect:
             if self.connections.get(lo) == hi:
                 del self.connections[lo]
@@ -174,6 +237,11 @@ class SwitchModel:
             return None
         start = max(arrived_ns, time.monotonic_ns())
         settled = start + self.timing.sample_ns(moved)
+        for p in touched:
+            after = self._partner.get(p)
+            if after != before[p]:
+                self._history.setdefault(p, deque(maxlen=HISTORY)).append(
+                    Transition(start, settled, before[p], after, self.timing.technology))
         await sleep_until(settled)
         change = self.truth.record(interface, op, connect, disconnect, arrived_ns, settled)
         for listener in list(self.listeners):
@@ -192,6 +260,7 @@ class SwitchModel:
         else:
             self.port_state[port] = state
         now = time.monotonic_ns()
+        self._state_history.setdefault(port, deque(maxlen=HISTORY)).append((now, state))
         self.truth.record(interface, _PORT_OPS[before, state], [], [], now, now, ports=[port])
         for listener in list(self.port_listeners):
             listener(port, state)
@@ -200,6 +269,8 @@ class SwitchModel:
         self.connections.clear()
         self._partner.clear()
         self.port_state.clear()
+        self._history.clear()
+        self._state_history.clear()
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -207,3 +278,12 @@ class SwitchModel:
             "connections": [[a, b] for a, b in sorted(self.connections.items())],
             "ports": {str(p): s for p, s in sorted(self.port_state.items())},
         }
+
+
+def _add(out: dict[int, np.ndarray], port: int | None, mask: np.ndarray,
+         values: np.ndarray | float, shape: tuple[int, ...]) -> None:
+    if port is None:
+        return
+    if port not in out:
+        out[port] = np.zeros(shape)
+    out[port][mask] = values

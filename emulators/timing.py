@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 #: Defaults per technology, in milliseconds (see protocols.md §5.3 and §2.3).
 TECHNOLOGY_DEFAULTS: dict[str, dict[str, float]] = {
@@ -63,3 +66,57 @@ class TimingModel:
         data = asdict(self)
         data.pop("_rng")
         return data
+
+
+# -- transients: how light fades from the old path and arrives on the new one --------------
+# ``frac`` runs from 0 (the command starts moving the mirrors / heating) to 1 (settled).
+# Transmissions are fractions of the settled coupling, as numpy arrays.
+
+def _mems_fall(frac: np.ndarray) -> np.ndarray:
+    # The beam walks off the old output fibre within the first tenth of the move.
+    return np.clip(1.0 - frac / 0.1, 0.0, 1.0)
+
+
+def _mems_rise(frac: np.ndarray) -> np.ndarray:
+    # Nothing until the mirror nears its target, a smooth ramp onto the fibre, then a
+    # damped ringing of a few percent until it has settled.
+    out = np.zeros_like(frac)
+    ramp = (frac >= 0.75) & (frac < 0.9)
+    out[ramp] = 0.5 - 0.5 * np.cos(np.pi * (frac[ramp] - 0.75) / 0.15)
+    ring = (frac >= 0.9) & (frac < 1.0)
+    phase = (frac[ring] - 0.9)
+    out[ring] = 1.0 + 0.03 * np.sin(2 * np.pi * phase / 0.05) * np.exp(-phase / 0.03)
+    out[frac >= 1.0] = 1.0
+    return out
+
+
+_TAU = 5.0
+_NORM = 1.0 - np.exp(-_TAU)
+
+
+def _thermal_rise(frac: np.ndarray) -> np.ndarray:
+    # First-order heater response, scaled to be complete at "settled".
+    out: np.ndarray = np.clip((1.0 - np.exp(-_TAU * frac)) / _NORM, 0.0, 1.0)
+    return out
+
+
+def _thermal_fall(frac: np.ndarray) -> np.ndarray:
+    return 1.0 - _thermal_rise(frac)
+
+
+def _ideal_rise(frac: np.ndarray) -> np.ndarray:
+    return np.ones_like(frac)
+
+
+def _ideal_fall(frac: np.ndarray) -> np.ndarray:
+    return np.zeros_like(frac)
+
+
+#: technology → (fall, rise) transmission profiles
+TRANSIENTS: dict[str, tuple[Callable[[np.ndarray], np.ndarray],
+                            Callable[[np.ndarray], np.ndarray]]] = {
+    "beam-steering": (_mems_fall, _mems_rise),
+    "mems-3d": (_mems_fall, _mems_rise),
+    "thermo-optic": (_thermal_fall, _thermal_rise),
+    "ideal": (_ideal_fall, _ideal_rise),
+}

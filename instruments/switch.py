@@ -11,17 +11,15 @@ from __future__ import annotations
 import abc
 import enum
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar
 
-from instruments.connection import Backoff, Connection
 from instruments.errors import ConnectError, InvalidRequest, NotSupported
-from instruments.events import Drift, EventSource, InstrumentEvent, LinkState
-from instruments.link import Link, LinkSettings
+from instruments.events import Drift, InstrumentEvent
+from instruments.instrument import Instrument
+from instruments.link import Link
 
-T = TypeVar("T")
 Pair = tuple[int, int]
 CrossConnects = dict[int, int]
 """ingress (or lower) port → egress (or higher) port."""
@@ -66,58 +64,18 @@ def parse_size(text: str) -> tuple[int, int]:
     raise ValueError(f"switch size {text!r}: expected NxM (e.g. 16x16) or a port count")
 
 
-class OpticalSwitch(EventSource, abc.ABC):
-    """Base of every switch driver: owns the connection, validates requests, tracks the map
-    it expects the device to hold, and reports drift after every reconnect.
+class OpticalSwitch(Instrument):
+    """Base of every switch driver: validates requests, tracks the map it expects the device
+    to hold, and reports drift after every reconnect."""
 
-    Use as ``async with Driver(address, ...) as switch:``; every public coroutine holds the
-    instrument for the whole of its exchange.
-    """
-
-    driver: ClassVar[str]
-    default_settings: ClassVar[LinkSettings] = LinkSettings()
     any_to_any: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        name: str = "",
-        settings: LinkSettings | None = None,
-        backoff: Backoff | None = None,
-        size: str | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__()
-        self.name = name or f"{self.driver}@{address}"
-        self.options = options
+    def __init__(self, address: str, *, size: str | None = None, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
         self.declared_size = parse_size(size) if size else None
-        link = Link(address, settings or self.default_settings, name=self.name)
-        self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
-                                     name=self.name)
-        self.connection.add_listener(self._emit)
         self.info: SwitchInfo | None = None
         self.expected: CrossConnects = {}
         self._opened = False
-
-    # -- lifecycle ---------------------------------------------------------------------
-    async def open(self) -> None:
-        await self.connection.open()
-
-    async def close(self) -> None:
-        await self.connection.close()
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.close()
-
-    @property
-    def state(self) -> LinkState:
-        return self.connection.state
 
     async def _on_connect(self, link: Link) -> None:
         await self._login(link)
@@ -142,9 +100,6 @@ class OpticalSwitch(EventSource, abc.ABC):
             ))
         self.expected = found
         self._opened = True
-
-    async def _run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
-        return await self.connection.run(exchange)
 
     # -- validation --------------------------------------------------------------------
     def _require_info(self) -> SwitchInfo:

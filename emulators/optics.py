@@ -1,0 +1,170 @@
+"""One optical model for the emulated lab: light launched by endpoints (GPU/NIC
+transmitters) travels through fibres (with loss and meter taps) and switches (with their
+transients) to meter channels and receiving endpoints.
+
+Nodes are named as in the lab file: ``gpu0.nic0`` (an endpoint), ``ocs1:17`` (a switch
+port), ``pm1:2`` (a meter channel). Fibres are one-way, ``src`` → ``dst``. Power is computed
+for arrays of monotonic times, so a meter's logging trace is one vectorised evaluation, and
+the model keeps ground truth: when the light at each meter channel crossed the threshold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from emulators.truth import Change
+
+DARK_DBM = -90.0
+_FLOOR_MW = 10 ** (DARK_DBM / 10)
+#: Ground-truth crossings are located on a grid this fine (ns), or finer for short events.
+_STEP_NS = 1_000
+_MAX_SAMPLES = 400_000
+
+
+class Transmitting(Protocol):
+    """A device light passes through (a switch, a mesh)."""
+
+    name: str
+
+    def transmissions(self, port: int, times: np.ndarray) -> dict[int, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    id: str
+    launch_dbm: float | None = None
+    """Transmit power; None for an endpoint that only receives."""
+    wavelength_nm: float = 1310.0
+
+
+@dataclass(frozen=True)
+class FiberSpec:
+    src: str
+    dst: str
+    loss_db: float = 0.0
+    tap: str | None = None
+    """A meter channel fed by a tap on this fibre, e.g. ``pm1:3``."""
+    tap_ratio: float = 0.01
+
+
+@dataclass(frozen=True)
+class Crossing:
+    seq: int
+    node: str
+    direction: str  # "rise" (light arrived) or "fall" (light left)
+    at_ns: int
+    change_seq: int
+    device: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def split_node(node: str) -> tuple[str, int] | None:
+    """``ocs1:17`` → ``("ocs1", 17)``; an endpoint id → None."""
+    device, sep, port = node.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return device, int(port)
+
+
+class OpticalModel:
+    def __init__(self, endpoints: Iterable[EndpointSpec], fibers: Iterable[FiberSpec], *,
+                 threshold_dbm: float = -30.0) -> None:
+        self.endpoints = {e.id: e for e in endpoints}
+        self.fibers = list(fibers)
+        self.threshold_dbm = threshold_dbm
+        self.devices: dict[str, Transmitting] = {}
+        self.meters: dict[str, int] = {}
+        self._out: dict[str, list[FiberSpec]] = defaultdict(list)
+        for fiber in self.fibers:
+            self._out[fiber.src].append(fiber)
+        self._seq = itertools.count(1)
+        self.crossings: deque[Crossing] = deque(maxlen=100_000)
+        self.watched: set[str] = set()
+        """Nodes whose threshold crossings are ground truth (meter channels, receivers)."""
+
+    # -- wiring ----------------------------------------------------------------------------
+    def attach(self, device: Transmitting) -> None:
+        self.devices[device.name] = device
+
+    def add_meter(self, name: str, channels: int) -> None:
+        self.meters[name] = channels
+        self.watched.update(f"{name}:{c}" for c in range(1, channels + 1))
+
+    # -- light -----------------------------------------------------------------------------
+    def powers(self, times: np.ndarray) -> dict[str, np.ndarray]:
+        """Power (mW) arriving at every node the light reaches, at each time."""
+        times = np.asarray(times, dtype=np.int64)
+        acc: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(times.shape))
+        for endpoint in self.endpoints.values():
+            if endpoint.launch_dbm is None:
+                continue
+            start = np.full(times.shape, 10 ** (endpoint.launch_dbm / 10))
+            stack: list[tuple[str, np.ndarray, frozenset[str]]] = [
+                (endpoint.id, start, frozenset())]
+            while stack:
+                node, power, seen = stack.pop()
+                for fiber in self._out.get(node, ()):
+                    carried = power * 10 ** (-fiber.loss_db / 10)
+                    if fiber.tap:
+                        acc[fiber.tap] += carried * fiber.tap_ratio
+                        carried = carried * (1 - fiber.tap_ratio)
+                    acc[fiber.dst] += carried
+                    where = split_node(fiber.dst)
+                    if where is None or fiber.dst in seen or where[0] not in self.devices:
+                        continue
+                    device, port = where
+                    for other, fraction in self.devices[device].transmissions(
+                            port, times).items():
+                        out = carried * fraction
+                        if not out.any():
+                            continue
+                        leaving = f"{device}:{other}"
+                        acc[leaving] += out
+                        stack.append((leaving, out, seen | {fiber.dst}))
+        return dict(acc)
+
+    def dbm(self, node: str, times: np.ndarray) -> np.ndarray:
+        mw = self.powers(times).get(node)
+        if mw is None:
+            return np.full(np.shape(times), DARK_DBM)
+        return to_dbm(mw)
+
+    def dbm_now(self, node: str) -> float:
+        return float(self.dbm(node, np.array([time.monotonic_ns()]))[0])
+
+    # -- ground truth ----------------------------------------------------------------------
+    def on_change(self, change: Change) -> None:
+        """Find when the light at each watched node crossed the threshold during a change."""
+        begin = change.arrived_ns - 100_000
+        end = change.settled_ns + 1_000_000
+        step = max(_STEP_NS // 10 if end - begin < 5_000_000 else _STEP_NS,
+                   (end - begin) // _MAX_SAMPLES)
+        times = np.arange(begin, end, step, dtype=np.int64)
+        powers = self.powers(times)
+        for node in sorted(self.watched):
+            mw = powers.get(node)
+            if mw is None:
+                continue
+            above = to_dbm(mw) >= self.threshold_dbm
+            flips = np.flatnonzero(above[1:] != above[:-1])
+            for i in flips:
+                self.crossings.append(Crossing(
+                    next(self._seq), node, "rise" if above[i + 1] else "fall",
+                    int(times[i + 1]), change.seq, change.emulator))
+
+    def crossings_since(self, seq: int = 0) -> list[dict[str, Any]]:
+        return [c.as_dict() for c in self.crossings if c.seq > seq]
+
+
+def to_dbm(mw: np.ndarray) -> np.ndarray:
+    out: np.ndarray = 10 * np.log10(np.maximum(mw, _FLOOR_MW))
+    return out

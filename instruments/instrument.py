@@ -1,0 +1,59 @@
+"""What every driver is: an owner of one connection, with a name, its options, a lifecycle
+and events. Device families (switches, meters, DAC boards) build their capability on it."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, ClassVar, Self, TypeVar
+
+from instruments.connection import Backoff, Connection
+from instruments.events import EventSource, LinkState
+from instruments.link import Link, LinkSettings
+
+T = TypeVar("T")
+
+
+class Instrument(EventSource, abc.ABC):
+    """Use as ``async with Driver(address, ...) as device:``. Every public coroutine of a
+    driver holds the instrument for its whole exchange (one command on the wire at a time);
+    after a link fault the connection reconnects by itself and calls :meth:`_on_connect`."""
+
+    driver: ClassVar[str]
+    default_settings: ClassVar[LinkSettings] = LinkSettings()
+
+    def __init__(self, address: str, *, name: str = "", settings: LinkSettings | None = None,
+                 backoff: Backoff | None = None, **options: Any) -> None:
+        super().__init__()
+        self.name = name or f"{self.driver}@{address}"
+        self.options = options
+        link = Link(address, settings or self.default_settings, name=self.name)
+        self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
+                                     name=self.name)
+        self.connection.add_listener(self._emit)
+
+    async def open(self) -> None:
+        await self.connection.open()
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> LinkState:
+        return self.connection.state
+
+    async def _run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
+        return await self.connection.run(exchange)
+
+    @abc.abstractmethod
+    async def _on_connect(self, link: Link) -> None:
+        """After every (re)connect: log in, identify, re-read state, report drift."""
