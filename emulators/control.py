@@ -2,7 +2,9 @@
 
     GET    /v1/emulators                      every emulator, its endpoints, timing, faults
     GET    /v1/emulators/{id}                 one emulator with its current state
-    GET    /v1/emulators/{id}/truth?since=N   true state and every physical change after N
+    GET    /v1/emulators/{id}/truth?since=N   true state, every physical change after N, and
+                                              the light threshold crossings it caused or saw
+    GET    /v1/light?since=N                  every threshold crossing at a meter channel
     POST   /v1/emulators/{id}/faults          inject: {"kind": "drop"|"stall"|"garbage"|
                                               "delay"|"fail_port"|"restore_port", "count",
                                               "delay_ms", "apply", "port", "now"}
@@ -37,6 +39,7 @@ class FaultBody(BaseModel):
     delay_ms: float = Field(default=0.0, ge=0)
     apply: bool = False
     port: int | None = None
+    channel: int | None = Field(default=None, ge=1)
     now: bool = False
 
 
@@ -73,8 +76,13 @@ def create_app(lab: EmulatedLab) -> FastAPI:
         return lab.describe(emulator_id)
 
     @app.get("/v1/emulators/{emulator_id}/truth")
-    async def truth(emulator_id: str, since: int = Query(0, ge=0)) -> dict[str, Any]:
-        return lab.truth(emulator_id, since)
+    async def truth(emulator_id: str, since: int = Query(0, ge=0),
+                    light_since: int = Query(0, ge=0)) -> dict[str, Any]:
+        return lab.truth(emulator_id, since, light_since)
+
+    @app.get("/v1/light")
+    async def light(since: int = Query(0, ge=0)) -> list[dict[str, Any]]:
+        return lab.light(since)
 
     @app.post("/v1/emulators/{emulator_id}/faults")
     async def inject(emulator_id: str, body: FaultBody) -> dict[str, Any]:

@@ -10,6 +10,8 @@ Kinds (set through the control endpoint):
 * ``garbage``: carry the command out, but replace the reply with noise.
 * ``delay``: hold each reply back ``delay_ms`` longer.
 * ``fail_port`` / ``restore_port``: a port's state goes to failed (light lost) and back.
+* ``no_sensor``, ``saturation``, ``stuck``: a power-meter channel (``channel``, or all)
+  loses its head, reads over-range, or repeats its last value.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-FAULT_KINDS = ("drop", "stall", "garbage", "delay", "fail_port", "restore_port")
+FAULT_KINDS = ("drop", "stall", "garbage", "delay", "fail_port", "restore_port",
+               "no_sensor", "saturation", "stuck")
+#: Faults of a meter channel (``channel``; all channels when absent), not of the link.
+METER_FAULT_KINDS = ("no_sensor", "saturation", "stuck")
 
 
 class FaultError(ValueError):

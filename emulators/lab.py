@@ -9,16 +9,22 @@ from typing import Any, Protocol, Self
 
 from emulators.calient import CalientOptions, CalientSwitch
 from emulators.crossconnect import SwitchModel
-from emulators.faults import Faults, parse_fault
+from emulators.faults import METER_FAULT_KINDS, Faults, parse_fault
+from emulators.keysight import KeysightMeter, KeysightOptions
+from emulators.meters import MeterModel
+from emulators.optics import EndpointSpec, FiberSpec, OpticalModel
 from emulators.polatis import PolatisOptions, PolatisSwitch
 from emulators.server import Endpoint, Interface
+from emulators.thorlabs import ThorlabsMeter, ThorlabsOptions
 from emulators.timing import TimingModel
 
 
 class Device(Protocol):
+    """An emulated instrument. Switches also have ``model`` (a SwitchModel), meters
+    ``meter`` (a MeterModel)."""
+
     name: str
     kind: str
-    model: SwitchModel
     faults: Faults
 
     def interfaces(self) -> dict[str, Interface]: ...
@@ -27,11 +33,33 @@ class Device(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
 
 
+def switch_of(device: Device) -> SwitchModel | None:
+    model = getattr(device, "model", None)
+    return model if isinstance(model, SwitchModel) else None
+
+
+def meter_of(device: Device) -> MeterModel | None:
+    meter = getattr(device, "meter", None)
+    return meter if isinstance(meter, MeterModel) else None
+
+
 #: kind → (device class, options class, default technology)
 KINDS: dict[str, tuple[Any, Any, str]] = {
     "polatis": (PolatisSwitch, PolatisOptions, "beam-steering"),
     "calient": (CalientSwitch, CalientOptions, "mems-3d"),
+    "keysight": (KeysightMeter, KeysightOptions, "ideal"),
+    "thorlabs": (ThorlabsMeter, ThorlabsOptions, "ideal"),
 }
+
+
+@dataclass
+class OpticsSpec:
+    """How the lab is wired: endpoints that launch light, fibres, and the threshold whose
+    crossings are ground truth."""
+
+    endpoints: list[EndpointSpec] = field(default_factory=list)
+    fibers: list[FiberSpec] = field(default_factory=list)
+    threshold_dbm: float = -30.0
 
 
 @dataclass
@@ -78,13 +106,15 @@ class EmulatedLab:
     each interface's address and ``lab.control_url`` the control endpoint (if started)."""
 
     def __init__(self, specs: list[EmulatorSpec], *, control: bool = True,
-                 control_host: str = "127.0.0.1", control_port: int = 0) -> None:
+                 control_host: str = "127.0.0.1", control_port: int = 0,
+                 optics: OpticsSpec | None = None) -> None:
         ids = [s.id for s in specs]
         dupes = {i for i in ids if ids.count(i) > 1}
         if dupes:
             raise ValueError(f"emulator ids must be unique; repeated: {sorted(dupes)}")
         self.specs = specs
         self.devices: dict[str, Device] = {s.id: build_device(s) for s in specs}
+        self.optics = self._wire(optics) if optics is not None else None
         self.endpoints: dict[str, dict[str, str]] = {}
         self._servers: dict[str, list[Endpoint]] = {}
         self._control = control
@@ -92,6 +122,20 @@ class EmulatedLab:
         self.control_url = ""
         self._control_server: Any = None
         self.powered: dict[str, bool] = {}
+
+    def _wire(self, spec: OpticsSpec) -> OpticalModel:
+        optics = OpticalModel(spec.endpoints, spec.fibers, threshold_dbm=spec.threshold_dbm)
+        for name, device in self.devices.items():
+            switch = switch_of(device)
+            if switch is not None:
+                optics.attach(switch)
+                switch.listeners.append(optics.on_change)
+                switch.power_probe = (lambda port, n=name: optics.dbm_now(f"{n}:{port}"))
+            meter = meter_of(device)
+            if meter is not None:
+                meter.optics = optics
+                optics.add_meter(name, meter.channels)
+        return optics
 
     async def start(self) -> None:
         try:
@@ -143,20 +187,36 @@ class EmulatedLab:
 
     def describe(self, emulator_id: str) -> dict[str, Any]:
         device = self.device(emulator_id)
+        switch = switch_of(device)
         return {
             "id": emulator_id,
             "kind": device.kind,
             "endpoints": self.endpoints.get(emulator_id, {}),
-            "timing": device.model.timing.as_dict(),
+            "timing": switch.timing.as_dict() if switch is not None else None,
             "faults": [f.as_dict() for f in device.faults.active],
             "powered": self.powered.get(emulator_id, True),
             "state": device.snapshot(),
         }
 
-    def truth(self, emulator_id: str, since: int = 0) -> dict[str, Any]:
+    def truth(self, emulator_id: str, since: int = 0, light_since: int = 0) -> dict[str, Any]:
+        """The true state, every physical change after ``since``, and the light threshold
+        crossings (after ``light_since``) this device caused or saw."""
         device = self.device(emulator_id)
-        return {"state": device.snapshot(),
-                "changes": [c.as_dict() for c in device.model.truth.since(since)]}
+        switch = switch_of(device)
+        changes = [c.as_dict() for c in switch.truth.since(since)] if switch else []
+        crossings = [c for c in self.light(light_since)
+                     if c["device"] == emulator_id or c["node"].startswith(emulator_id + ":")]
+        return {"state": device.snapshot(), "changes": changes, "crossings": crossings}
+
+    def light(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every threshold crossing at a watched node (meter channels) after ``since``."""
+        return self.optics.crossings_since(since) if self.optics is not None else []
+
+    def power_now(self, node: str) -> float:
+        """True power (dBm) at a node of the optical model now."""
+        if self.optics is None:
+            raise ValueError("this lab has no optical model (no endpoints or fibres)")
+        return self.optics.dbm_now(node)
 
     def inject(self, emulator_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """Apply a fault (see emulators.faults); raises ValueError with a clear message."""
@@ -164,9 +224,20 @@ class EmulatedLab:
         fault = parse_fault(body)
         if fault.kind in ("fail_port", "restore_port"):
             port = body.get("port")
+            switch = switch_of(device)
+            if switch is None:
+                raise ValueError(f"{emulator_id} is not a switch; {fault.kind} needs one")
             if not isinstance(port, int):
                 raise ValueError(f"{fault.kind} needs an integer 'port'")
-            device.model.set_port_state(port, "F" if fault.kind == "fail_port" else "E")
+            switch.set_port_state(port, "F" if fault.kind == "fail_port" else "E")
+        elif fault.kind in METER_FAULT_KINDS:
+            meter = meter_of(device)
+            if meter is None:
+                raise ValueError(f"{emulator_id} is not a power meter; {fault.kind} needs one")
+            channel = body.get("channel")
+            if channel is not None and not isinstance(channel, int):
+                raise ValueError("'channel' must be a channel number")
+            meter.set_fault(channel, fault.kind)
         elif fault.kind == "drop" and body.get("now"):
             for endpoint in self._servers.get(emulator_id, []):
                 endpoint.drop_all()
@@ -190,15 +261,23 @@ class EmulatedLab:
         return self.describe(emulator_id)
 
     def clear_faults(self, emulator_id: str) -> None:
-        self.device(emulator_id).faults.clear()
+        device = self.device(emulator_id)
+        device.faults.clear()
+        meter = meter_of(device)
+        if meter is not None:
+            meter.set_fault(None, None)
 
     def set_timing(self, emulator_id: str, values: dict[str, Any]) -> dict[str, Any]:
-        device = self.device(emulator_id)
-        device.model.timing.update(**values)
-        return device.model.timing.as_dict()
+        switch = switch_of(self.device(emulator_id))
+        if switch is None:
+            raise ValueError(f"{emulator_id} has no switching time to set")
+        switch.timing.update(**values)
+        return switch.timing.as_dict()
 
     def reset(self, emulator_id: str | None = None) -> None:
         for key in [emulator_id] if emulator_id else list(self.devices):
             device = self.device(key)
             device.reset()
-            device.model.timing = timing_for(next(s for s in self.specs if s.id == key))
+            switch = switch_of(device)
+            if switch is not None:
+                switch.timing = timing_for(next(s for s in self.specs if s.id == key))

@@ -120,9 +120,9 @@ class ScpiSessionState:
     def format_error(self, code: int, text: str) -> str:
         return self.error_format.format(code=code, text=text, signed=f"{code:+d}")
 
-    async def execute(self, message: str) -> list[str]:
+    async def execute(self, message: str) -> list[str | bytes]:
         """Run every unit of a program message; return the answers of its queries."""
-        answers: list[str] = []
+        answers: list[str | bytes] = []
         context: list[str] = []
         for index, unit in enumerate(split_units(message)):
             header, _, args = unit.partition(" ")
@@ -155,15 +155,20 @@ class ScpiSessionState:
                 self.push_error(exc.code, exc.text)
                 continue
             if query:
-                answers.append("" if result is None else str(result))
+                answers.append(result if isinstance(result, bytes) else
+                               "" if result is None else str(result))
         return answers
 
-    def format_answers(self, answers: list[str], terminator: str) -> bytes:
+    def format_answers(self, answers: list[str | bytes], terminator: str) -> bytes:
+        """Answers as the device sends them; a bytes answer (a binary block) goes out as
+        it is."""
         if not answers:
             return b""
+        parts = [a if isinstance(a, bytes) else a.encode() for a in answers]
+        end = terminator.encode()
         if self.joined_replies:
-            return (";".join(answers) + terminator).encode()
-        return "".join(a + terminator for a in answers).encode()
+            return b";".join(parts) + end
+        return b"".join(p + end for p in parts)
 
 
 def parse_lists(args: str) -> list[list[int]]:
@@ -199,3 +204,36 @@ def parse_lists(args: str) -> list[list[int]]:
 
 def format_list(ports: list[int]) -> str:
     return "(@" + ",".join(map(str, ports)) + ")"
+
+
+def definite_block(payload: bytes) -> bytes:
+    """IEEE 488.2 definite-length arbitrary block: ``#<d><length><payload>``."""
+    length = str(len(payload))
+    return f"#{len(length)}{length}".encode() + payload
+
+
+_UNIT_SCALE = {"": 1.0, "M": 1.0, "MM": 1e-3, "UM": 1e-6, "NM": 1e-9, "PM": 1e-12,
+               "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9, "DBM": 1.0, "W": 1.0,
+               "MW": 1e-3, "UW": 1e-6, "NW": 1e-9}
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_number(text: str, units: tuple[str, ...] = ()) -> float:
+    """``1550NM`` → 1.55e-06 (with ``units=("NM", "M")``): a number with an optional unit
+    suffix among ``units``, scaled to the base unit. Raises ScpiError -104/-131."""
+    match = _NUMBER.match(text)
+    if not match:
+        raise ScpiError(-104, f"Data type error; expected a number, got {text.strip()!r}")
+    unit = match.group(2).upper()
+    if unit and unit not in units:
+        raise ScpiError(-131, f"Invalid suffix {match.group(2)!r}")
+    return float(match.group(1)) * _UNIT_SCALE.get(unit, 1.0)
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().upper()
+    if value in ("1", "ON"):
+        return True
+    if value in ("0", "OFF"):
+        return False
+    raise ScpiError(-104, f"Data type error; expected 0, 1, ON or OFF, got {text.strip()!r}")

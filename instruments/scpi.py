@@ -126,6 +126,46 @@ async def command_checked(link: Link, command: str) -> None:
         raise DeviceError(code, text, command=command, instrument=link.name)
 
 
+async def query_checked(link: Link, query: str, *, timeout: float | None = None) -> str:
+    """Ask one query and the error queue in one message. A query the device refuses has no
+    answer, only its error; so the reply is either ``value`` + ``0, "No error"`` (joined or
+    on two lines) or a lone error entry, which raises :class:`DeviceError`."""
+    message = f"{query};:SYST:ERR?"
+    await link.write_query(message)
+    answers = split_answers(await link.read_line(timeout=timeout))
+    if len(answers) == 1 and _ERROR.match(answers[0]) and '"' in answers[0]:
+        code, text = parse_error(answers[0])
+        if code != 0:
+            await drain_errors(link)
+            raise DeviceError(code, text, command=query, instrument=link.name)
+        raise ProtocolError(f"{query!r} got no answer, only {answers[0]!r}",
+                            instrument=link.name)
+    if len(answers) == 1:
+        answers.extend(split_answers(await link.read_line(timeout=timeout)))
+    if len(answers) != 2:
+        raise ProtocolError(f"expected 2 answers to {message!r}, got {answers!r}",
+                            instrument=link.name)
+    code, text = parse_error(answers[1])
+    if code != 0:
+        await drain_errors(link)
+        raise DeviceError(code, text, command=query, instrument=link.name)
+    return answers[0]
+
+
+async def read_block(link: Link, *, timeout: float | None = None) -> bytes:
+    """Read an IEEE 488.2 definite-length block (``#<d><length><bytes>``) and the line
+    end after it."""
+    head = await link.read_exactly(2, timeout=timeout)
+    if head[:1] != b"#" or not head[1:2].isdigit() or head[1:2] == b"0":
+        raise ProtocolError(f"expected a definite-length block, got {head!r}",
+                            instrument=link.name)
+    digits = int(head[1:2])
+    length = int(await link.read_exactly(digits, timeout=timeout))
+    payload = await link.read_exactly(length, timeout=timeout)
+    await link.read_until(link.settings.read_termination.encode(), timeout=timeout)
+    return payload
+
+
 async def drain_errors(link: Link, limit: int = 32) -> list[tuple[int, str]]:
     """Pop the error queue until it reports no error (so stale errors cannot be blamed on
     the next command)."""

@@ -21,10 +21,10 @@ from emulators.lab import EmulatedLab
 from instruments.errors import InstrumentError
 from instruments.events import EventQueue
 from instruments.switch import OpticalSwitch
+from labd.drivers import make_switch
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import Lab
 from labd.stats import percentile
-from labd.switches import make_switch
 
 BATCHES = (1, 2, 4, 8)
 

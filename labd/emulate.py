@@ -6,15 +6,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec, build_device
+from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
+from emulators.optics import EndpointSpec, FiberSpec
 from labd.errors import LabFileError
-from labd.labfile import CalientTl1Entry, Instrument, Lab, Tl1Credentials
+from labd.labfile import (
+    CalientTl1Entry,
+    Instrument,
+    KeysightEntry,
+    Lab,
+    SwitchEntry,
+    Tl1Credentials,
+)
 
 #: driver → (emulator kind, the emulator interface that driver talks to)
 EMULATION: dict[str, tuple[str, str]] = {
     "polatis-scpi": ("polatis", "scpi"),
     "polatis-tl1": ("polatis", "tl1"),
     "calient-tl1": ("calient", "tl1"),
+    "keysight-n77xx": ("keysight", "scpi"),
+    "thorlabs-pm100": ("thorlabs", "scpi"),
 }
 
 
@@ -27,7 +37,10 @@ def spec_for(entry: Instrument) -> EmulatorSpec:
         options["ports_per_slot"] = entry.ports_per_slot
         if entry.size:
             options["ports"] = int(entry.size)
-    elif entry.size:
+    elif isinstance(entry, KeysightEntry):
+        if entry.channels:
+            options["model"] = "N7745A" if entry.channels == 8 else "N7744A"
+    elif isinstance(entry, SwitchEntry) and entry.size:
         options["size"] = entry.size
     options.update(entry.emulator.options)
     port = 0
@@ -55,7 +68,17 @@ def emulated_lab(lab: Lab, *, control_port: int = 0) -> tuple[EmulatedLab, list[
                             f"{where}")
     if problems:
         raise LabFileError(lab.source, problems)
-    return EmulatedLab(specs, control_port=control_port), entries
+    return EmulatedLab(specs, control_port=control_port, optics=optics_of(lab)), entries
+
+
+def optics_of(lab: Lab) -> OpticsSpec | None:
+    """The lab's wiring for the optical model; None when it declares no fibres."""
+    if not lab.fiber:
+        return None
+    return OpticsSpec(
+        [EndpointSpec(e.id, e.launch_dbm, e.wavelength_nm) for e in lab.endpoint],
+        [FiberSpec(f.src, f.dst, f.loss_db, f.tap, f.tap_ratio) for f in lab.fiber],
+        threshold_dbm=lab.lab.light_threshold_dbm)
 
 
 def endpoint_of(lab: EmulatedLab, entry: Instrument) -> str:

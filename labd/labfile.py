@@ -158,29 +158,123 @@ class CalientTl1Entry(Tl1Credentials):
     """Send ``&`` lists of ports in one command; false sends one pair per command."""
 
 
+class KeysightEntry(InstrumentBase):
+    driver: Literal["keysight-n77xx"]
+    channels: Literal[4, 8] | None = None
+    """4 (N7744A) or 8 (N7745A); read from the model when absent."""
+
+    def channel_count(self) -> int:
+        model = str(self.emulator.options.get("model", ""))
+        return self.channels or (8 if "7745" in model else 4)
+
+
+class ThorlabsEntry(InstrumentBase):
+    driver: Literal["thorlabs-pm100"]
+
+    def channel_count(self) -> int:
+        return 1
+
+
 Instrument = Annotated[
-    PolatisScpiEntry | PolatisTl1Entry | CalientTl1Entry, Field(discriminator="driver")
+    PolatisScpiEntry | PolatisTl1Entry | CalientTl1Entry | KeysightEntry | ThorlabsEntry,
+    Field(discriminator="driver"),
 ]
 SWITCH_ENTRIES = (PolatisScpiEntry, PolatisTl1Entry, CalientTl1Entry)
+METER_ENTRIES = (KeysightEntry, ThorlabsEntry)
+DRIVERS = ("polatis-scpi", "polatis-tl1", "calient-tl1", "keysight-n77xx", "thorlabs-pm100")
 
 
 class LabSection(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
     description: str = ""
+    light_threshold_dbm: float = Field(default=-30.0, ge=-80, le=20)
+    """Power above which light counts as present (verification, ground truth)."""
+
+
+NODE = r"^[A-Za-z][A-Za-z0-9_.-]*(:[0-9]+)?$"
+
+
+class EndpointEntry(Strict):
+    """``[[endpoint]]``: a GPU/NIC port or any place light starts or ends."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", max_length=64)]
+    launch_dbm: float | None = Field(default=None, ge=-40, le=20)
+    """Transmit power; leave out for an endpoint that only receives."""
+    wavelength_nm: float = Field(default=1310.0, ge=800, le=1700)
+
+
+class FiberEntry(Strict):
+    """``[[fiber]]``: one-way, ``from`` → ``to``; a node is an endpoint id, ``switch:port``
+    or ``meter:channel``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    src: Annotated[str, Field(alias="from", pattern=NODE)]
+    dst: Annotated[str, Field(alias="to", pattern=NODE)]
+    loss_db: float = Field(default=0.0, ge=0, le=60)
+    tap: Annotated[str | None, Field(pattern=NODE)] = None
+    """A meter channel fed by a tap on this fibre."""
+    tap_ratio: float = Field(default=0.01, gt=0, lt=1)
 
 
 class Lab(Strict):
     lab: LabSection
     instrument: list[Instrument] = Field(default_factory=list)
+    endpoint: list[EndpointEntry] = Field(default_factory=list)
+    fiber: list[FiberEntry] = Field(default_factory=list)
     source: str = Field(default="", exclude=True)
 
     @model_validator(mode="after")
     def _unique(self) -> Lab:
-        ids = [i.id for i in self.instrument]
+        ids = [i.id for i in self.instrument] + [e.id for e in self.endpoint]
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         if repeated:
-            raise ValueError(f"instrument ids must be unique; repeated: {', '.join(repeated)}")
+            raise ValueError(f"instrument and endpoint ids must be unique; repeated: "
+                             f"{', '.join(repeated)}")
         return self
+
+    @model_validator(mode="after")
+    def _wiring(self) -> Lab:
+        problems = []
+        for index, fiber in enumerate(self.fiber):
+            for field, node, allowed in (("from", fiber.src, ("endpoint", "switch")),
+                                         ("to", fiber.dst, ("endpoint", "switch", "meter")),
+                                         ("tap", fiber.tap, ("meter",))):
+                if node is None:
+                    continue
+                problem = self._check_node(node, allowed)
+                if problem:
+                    problems.append(f"[[fiber]] #{index + 1}, field '{field}': {problem}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _check_node(self, node: str, allowed: tuple[str, ...]) -> str | None:
+        owner, _, number = node.partition(":")
+        if not number:
+            if owner in {e.id for e in self.endpoint}:
+                return None if "endpoint" in allowed else f"{node!r} is an endpoint; " \
+                    f"expected a {' or '.join(allowed)}"
+            return f"{node!r} names no [[endpoint]]; a port is written 'switch:port'"
+        entries = {e.id: e for e in self.instrument}
+        entry = entries.get(owner)
+        if entry is None:
+            return f"{node!r}: no instrument {owner!r}"
+        n = int(number)
+        if isinstance(entry, SWITCH_ENTRIES):
+            if "switch" not in allowed:
+                return f"{node!r} is a switch port; expected a {' or '.join(allowed)}"
+            if entry.size:
+                ports = sum(parse_size(entry.size))
+                if not 1 <= n <= ports:
+                    return f"{node!r}: {owner} has ports 1..{ports}"
+            return None
+        if isinstance(entry, METER_ENTRIES):
+            if "meter" not in allowed:
+                return f"{node!r} is a meter channel; expected a {' or '.join(allowed)}"
+            if not 1 <= n <= entry.channel_count():
+                return f"{node!r}: {owner} has channels 1..{entry.channel_count()}"
+            return None
+        return f"{node!r}: {owner} carries no light"
 
     def get(self, instrument_id: str) -> Instrument:
         for entry in self.instrument:
@@ -214,17 +308,18 @@ def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple
     if len(loc) >= 2 and loc[0] == "instrument" and isinstance(loc[1], int):
         index = loc[1]
         rest = loc[2:]
-        if rest and isinstance(rest[0], str) and rest[0] in ("polatis-scpi", "polatis-tl1",
-                                                             "calient-tl1"):
+        if rest and isinstance(rest[0], str) and rest[0] in DRIVERS:
             rest = rest[1:]  # the discriminator's tag, not a field
         entries = data.get("instrument") or []
         ident = entries[index].get("id") if index < len(entries) and isinstance(
             entries[index], dict) else None
         label = f"[[instrument]] #{index + 1}" + (f" (id {ident!r})" if ident else "")
         return label, rest
+    if len(loc) >= 2 and loc[0] in ("endpoint", "fiber") and isinstance(loc[1], int):
+        return f"[[{loc[0]}]] #{loc[1] + 1}", loc[2:]
     if loc and loc[0] in ("lab",):
         return f"[{loc[0]}]", loc[1:]
-    return "top level", loc
+    return "", loc
 
 
 def _explain(err: Any) -> str:
@@ -256,7 +351,11 @@ def parse_lab(data: dict[str, Any], source: str) -> Lab:
         for err in exc.errors():
             label, rest = _where(data, tuple(err["loc"]))
             field = ".".join(str(p) for p in rest)
-            problems.append(f"{source}: {label}" + (f", field '{field}'" if field else "")
+            if not label and not field:  # a whole-file check: its message names the entry
+                problems.append(f"{source}: {_explain(err)}")
+                continue
+            where = label or "top level"
+            problems.append(f"{source}: {where}" + (f", field '{field}'" if field else "")
                             + f": {_explain(err)}")
         raise LabFileError(source, problems) from None
 

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from labd.drivers import make_switch
 from labd.emulate import emulated_lab, endpoint_of
 from labd.errors import LabFileError
 from labd.labfile import load_lab
-from labd.switches import make_switch
 
 LAB = """
 [lab]

@@ -99,7 +99,7 @@ driver = "polatis-scpi"
     assert "[[instrument]] #2 (id 'a')" in problem
     assert "'address' is required unless emulate = true" in problem
     (problem,) = problems(write(tmp_path, path.read_text() + 'emulate = true\n'))
-    assert "instrument ids must be unique; repeated: a" in problem
+    assert "instrument and endpoint ids must be unique; repeated: a" in problem
 
 
 def test_toml_syntax_and_missing_files(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
+from labd.drivers import make_switch
 from labd.labfile import SWITCH_ENTRIES, load_lab
-from labd.switches import make_switch
 
 LAB = os.environ.get("LABD_HIL_LAB")
 pytestmark = [pytest.mark.hil,

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from instruments.instrument import Instrument as Driver
+from instruments.keysight import KeysightN77xx
 from instruments.link import LinkSettings
+from instruments.meter import PowerMeter
 from instruments.registry import switch_driver
 from instruments.switch import OpticalSwitch
+from instruments.thorlabs import ThorlabsPM100
 from labd.errors import LabFileError
-from labd.labfile import CalientTl1Entry, Instrument, Tl1Credentials
+from labd.labfile import (
+    CalientTl1Entry,
+    Instrument,
+    KeysightEntry,
+    SwitchEntry,
+    ThorlabsEntry,
+    Tl1Credentials,
+)
 
 
 def link_settings(entry: Instrument, defaults: LinkSettings) -> LinkSettings:
@@ -23,16 +34,27 @@ def link_settings(entry: Instrument, defaults: LinkSettings) -> LinkSettings:
     )
 
 
-def make_switch(entry: Instrument, address: str | None = None, *, source: str = "lab file"
-                ) -> OpticalSwitch:
-    """A driver (not yet open) for a switch entry; ``address`` overrides the entry's
+def make_driver(entry: Instrument, address: str | None = None, *, source: str = "lab file"
+                ) -> Driver:
+    """A driver (not yet open) for any instrument entry; ``address`` overrides the entry's
     (an emulator's resolved endpoint). ``source`` names the lab file in errors."""
-    cls = switch_driver(entry.driver)
     where = address or entry.address
     if where is None:
         raise LabFileError(source, [f"{source}: instrument {entry.id!r}: no address, and no "
                                     "emulator started for it"])
     options: dict[str, Any] = {}
+    cls: type[Driver]
+    if isinstance(entry, SwitchEntry):
+        cls = switch_driver(entry.driver)
+        options["size"] = entry.size
+    elif isinstance(entry, KeysightEntry):
+        cls = KeysightN77xx
+        if entry.channels:
+            options["channels"] = entry.channels
+    elif isinstance(entry, ThorlabsEntry):
+        cls = ThorlabsPM100
+    else:  # pragma: no cover - the lab file's union is closed
+        raise ValueError(f"no driver for {entry.driver!r}")
     if isinstance(entry, Tl1Credentials):
         try:
             password = entry.resolved_password()
@@ -43,4 +65,20 @@ def make_switch(entry: Instrument, address: str | None = None, *, source: str = 
         options.update(ports_per_slot=entry.ports_per_slot, group=entry.group,
                        aid_lists=entry.aid_lists)
     return cls(where, name=entry.id, settings=link_settings(entry, cls.default_settings),
-               size=entry.size, **options)
+               **options)
+
+
+def make_switch(entry: Instrument, address: str | None = None, *, source: str = "lab file"
+                ) -> OpticalSwitch:
+    driver = make_driver(entry, address, source=source)
+    if not isinstance(driver, OpticalSwitch):
+        raise ValueError(f"instrument {entry.id!r} ({entry.driver}) is not a switch")
+    return driver
+
+
+def make_meter(entry: Instrument, address: str | None = None, *, source: str = "lab file"
+               ) -> PowerMeter:
+    driver = make_driver(entry, address, source=source)
+    if not isinstance(driver, PowerMeter):
+        raise ValueError(f"instrument {entry.id!r} ({entry.driver}) is not a power meter")
+    return driver

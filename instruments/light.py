@@ -1,0 +1,157 @@
+"""Light verification: wait until light is present (or gone) on meter channels, and say
+when it happened.
+
+Start a :class:`LightWatch` *before* the change that should move the light, make the change,
+then await :meth:`LightWatch.result`::
+
+    watch = await LightWatch.start(meter, [1, 2], present=True, window_s=0.1)
+    await switch.connect([(1, 17), (2, 18)])
+    arrived = await watch.result()          # {1: monotonic ns, 2: monotonic ns}
+
+A meter with a logging function (Keysight N77xx) records one trace per channel over
+``window_s`` at ``resolution_s`` and the crossing is interpolated between samples; others are
+polled, and each reading is placed at the middle of its round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from instruments.errors import InstrumentError, InstrumentTimeout
+from instruments.meter import PowerMeter
+
+
+class LightTimeout(InstrumentTimeout):
+    """The light did not arrive (or leave) in time; the message gives the last level seen."""
+
+
+@dataclass
+class LightWatch:
+    meter: PowerMeter
+    channels: list[int]
+    present: bool
+    threshold_dbm: float
+    window_s: float
+    resolution_s: float
+    started_ns: int = 0
+    _poller: asyncio.Task[dict[int, int]] | None = field(default=None, repr=False)
+
+    @classmethod
+    async def start(cls, meter: PowerMeter, channels: list[int], *, present: bool = True,
+                    threshold_dbm: float = -30.0, window_s: float = 0.2,
+                    resolution_s: float = 1e-4) -> LightWatch:
+        """Begin watching. ``window_s`` bounds the wait (the timeout); ``resolution_s`` is
+        the logging sample time on meters that log."""
+        for channel in channels:
+            meter.check_channel(channel)
+        watch = cls(meter, list(channels), present, threshold_dbm, window_s, resolution_s)
+        if meter.supports_logging:
+            points = max(1, math.ceil(window_s / resolution_s))
+            watch.started_ns = await meter.start_logging(watch.channels, points, resolution_s)
+        else:
+            watch.started_ns = time.monotonic_ns()
+            watch._poller = asyncio.create_task(watch._poll(), name=f"light-{meter.name}")
+        return watch
+
+    def _met(self, dbm: float) -> bool:
+        return dbm >= self.threshold_dbm if self.present else dbm < self.threshold_dbm
+
+    async def result(self) -> dict[int, int]:
+        """Monotonic ns at which each channel crossed the threshold. Raises
+        :class:`LightTimeout` naming the channels that did not."""
+        if self._poller is not None:
+            return await self._poller
+        end = self.started_ns + int(self.window_s * 1e9)
+        await asyncio.sleep(max(0.0, (end - time.monotonic_ns()) / 1e9))
+        for channel in self.channels:
+            # The meter only says "done" when asked; ask at a tenth of the sample rate.
+            while not await self.meter.logging_complete(channel):  # noqa: ASYNC110
+                await asyncio.sleep(self.resolution_s * 10)
+        found: dict[int, int] = {}
+        missing: list[str] = []
+        for channel in self.channels:
+            trace = await self.meter.fetch_log(channel)
+            at = self._crossing(trace)
+            if at is None:
+                last = trace[-1] if trace.size else float("nan")
+                missing.append(f"channel {channel} (last {last:.1f} dBm)")
+            else:
+                found[channel] = at
+        if missing:
+            raise self._timeout(missing)
+        return found
+
+    def _crossing(self, trace: np.ndarray) -> int | None:
+        met = trace >= self.threshold_dbm if self.present else trace < self.threshold_dbm
+        hits = np.flatnonzero(met)
+        if hits.size == 0:
+            return None
+        i = int(hits[0])
+        step = self.resolution_s * 1e9
+        if i == 0:  # already so when the watch began
+            return self.started_ns
+        # Sample i averages [i, i+1) * step; interpolate between the centres of i-1 and i.
+        before, after = float(trace[i - 1]), float(trace[i])
+        frac = 0.5
+        if math.isfinite(before) and math.isfinite(after) and after != before:
+            frac = min(1.0, max(0.0, (self.threshold_dbm - before) / (after - before)))
+        return self.started_ns + int((i - 0.5 + frac) * step)
+
+    async def _poll(self) -> dict[int, int]:
+        deadline = self.started_ns + int(self.window_s * 1e9)
+        pending = set(self.channels)
+        found: dict[int, int] = {}
+        previous: dict[int, tuple[int, float]] = {}
+        last: dict[int, float] = {}
+        while pending:
+            for channel in sorted(pending):
+                sent = time.monotonic_ns()
+                dbm = await self.meter.read_power(channel)
+                at = (sent + time.monotonic_ns()) // 2
+                last[channel] = dbm
+                if self._met(dbm):
+                    found[channel] = _interpolate(previous.get(channel), (at, dbm),
+                                                  self.threshold_dbm)
+                    pending.discard(channel)
+                previous[channel] = (at, dbm)
+            if pending and time.monotonic_ns() > deadline:
+                raise self._timeout([f"channel {c} (last {last[c]:.1f} dBm)"
+                                     for c in sorted(pending)])
+        return found
+
+    def _timeout(self, missing: list[str]) -> LightTimeout:
+        wanted = "present" if self.present else "gone"
+        return LightTimeout(f"light not {wanted} (threshold {self.threshold_dbm:g} dBm) within "
+                            f"{self.window_s:g} s on {', '.join(missing)}",
+                            instrument=self.meter.name)
+
+    async def cancel(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, InstrumentError):
+                await self._poller
+
+
+def _interpolate(before: tuple[int, float] | None, after: tuple[int, float],
+                 threshold: float) -> int:
+    if before is None or not (math.isfinite(before[1]) and math.isfinite(after[1])) or (
+            after[1] == before[1]):
+        return after[0]
+    frac = min(1.0, max(0.0, (threshold - before[1]) / (after[1] - before[1])))
+    return int(before[0] + frac * (after[0] - before[0]))
+
+
+async def wait_for_light(meter: PowerMeter, channels: list[int], *, present: bool = True,
+                         threshold_dbm: float = -30.0, timeout: float = 0.2,
+                         resolution_s: float = 1e-4) -> dict[int, int]:
+    """Watch from now until the light is present (or gone); for a change already made."""
+    watch = await LightWatch.start(meter, channels, present=present,
+                                   threshold_dbm=threshold_dbm, window_s=timeout,
+                                   resolution_s=resolution_s)
+    return await watch.result()

@@ -1,0 +1,73 @@
+"""Thorlabs PM100-series power meters (PM100D, PM100USB, PM101) over SCPI: USB-TMC through
+VISA in a real lab (``visa://USB0::0x1313::0x8078::P0012345::INSTR``), or a socket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from instruments import scpi
+from instruments.errors import ProtocolError
+from instruments.link import Link, LinkSettings
+from instruments.meter import MeterInfo, PowerMeter
+
+#: Seconds per averaged sample (about 3 ms, per the vendor examples).
+SAMPLE_S = 0.003
+
+
+class ThorlabsPM100(PowerMeter):
+    driver = "thorlabs-pm100"
+    default_settings = LinkSettings(write_termination="\n", read_termination="\n", timeout=3.0)
+
+    def __init__(self, address: str, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        self.averages = 1
+
+    async def _identify(self, link: Link) -> MeterInfo:
+        idn = [f.strip() for f in (await link.query("*IDN?")).split(",")]
+        if len(idn) < 4:
+            raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
+                                instrument=self.name)
+        sensor = (await link.query(":SYST:SENS:IDN?")).split(",")[0].strip()
+        self.averages = int(float(await link.query(":SENS:AVER:COUN?")))
+        return MeterInfo(idn[0], idn[1], idn[2], idn[3], 1, sensor)
+
+    async def _unit_is_watts(self, link: Link, channel: int) -> bool:
+        return (await link.query(":SENS:POW:UNIT?")).strip().upper() == "W"
+
+    async def _read(self, link: Link, channel: int) -> float:
+        wait = link.settings.timeout + self.averages * SAMPLE_S
+        text = await scpi.query_checked(link, ":MEAS:POW?", timeout=wait)
+        try:
+            return float(text)
+        except ValueError:
+            raise ProtocolError(f"expected a power, got {text!r}", instrument=self.name) from None
+
+    async def _set_wavelength(self, link: Link, channel: int, nm: float) -> None:
+        await scpi.command_checked(link, f":SENS:CORR:WAV {nm:g}")
+
+    async def _wavelength(self, link: Link, channel: int) -> float:
+        return float(await link.query(":SENS:CORR:WAV?"))
+
+    async def _set_unit(self, link: Link, channel: int, watts: bool) -> None:
+        await scpi.command_checked(link, f":SENS:POW:UNIT {'W' if watts else 'DBM'}")
+
+    async def sensor(self) -> str:
+        """The sensor head's name; ``no sensor`` when none is attached."""
+        text = await self._run(lambda link: link.query(":SYST:SENS:IDN?"))
+        return text.split(",")[0].strip()
+
+    async def wavelength_range(self) -> tuple[float, float]:
+        async def exchange(link: Link) -> tuple[float, float]:
+            low = float(await link.query(":SENS:CORR:WAV? MIN"))
+            return low, float(await link.query(":SENS:CORR:WAV? MAX"))
+
+        return await self._run(exchange)
+
+    async def set_averages(self, count: int) -> None:
+        """Samples averaged per reading (about 3 ms each)."""
+        await self._run(lambda link: scpi.command_checked(link, f":SENS:AVER:COUN {count}"))
+        self.averages = count
+
+    async def zero(self) -> None:
+        """Dark-current zeroing: cover the sensor first."""
+        await self._run(lambda link: scpi.command_checked(link, ":SENS:CORR:COLL:ZERO:INIT"))
