@@ -116,11 +116,7 @@ class KeysightN77xx(PowerMeter):
         """The last log of a channel, in dBm (+inf where over range)."""
         ch = self.check_channel(channel)
 
-        async def exchange(link: Link) -> bytes:
-            await link.write_query(f":SENS{ch}:FUNC:RES?")
-            return await scpi.read_block(link)
-
-        payload = await self._run(exchange)
+        payload = await self._run(lambda link: scpi.query_block(link, f":SENS{ch}:FUNC:RES?"))
         if len(payload) % 4:
             raise ProtocolError(f"logging block of {len(payload)} bytes is not float32s",
                                 instrument=self.name)

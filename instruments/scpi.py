@@ -152,17 +152,31 @@ async def query_checked(link: Link, query: str, *, timeout: float | None = None)
     return answers[0]
 
 
-async def read_block(link: Link, *, timeout: float | None = None) -> bytes:
-    """Read an IEEE 488.2 definite-length block (``#<d><length><bytes>``) and the line
-    end after it."""
+async def query_block(link: Link, query: str, *, timeout: float | None = None) -> bytes:
+    """Ask a query whose answer is an IEEE 488.2 definite-length block
+    (``#<d><length><bytes>``), with the error queue in the same message: a refused query
+    raises :class:`DeviceError` at once instead of leaving the caller to time out."""
+    await link.write_query(f"{query};:SYST:ERR?")
     head = await link.read_exactly(2, timeout=timeout)
-    if head[:1] != b"#" or not head[1:2].isdigit() or head[1:2] == b"0":
+    if head[:1] != b"#":
+        rest = await link.read_line(timeout=timeout)
+        answers = split_answers(head.decode("latin-1") + rest)
+        code, text = parse_error(answers[-1])
+        await drain_errors(link)
+        raise DeviceError(code, text, command=query, instrument=link.name)
+    if not head[1:2].isdigit() or head[1:2] == b"0":
         raise ProtocolError(f"expected a definite-length block, got {head!r}",
                             instrument=link.name)
-    digits = int(head[1:2])
-    length = int(await link.read_exactly(digits, timeout=timeout))
+    length = int(await link.read_exactly(int(head[1:2]), timeout=timeout))
     payload = await link.read_exactly(length, timeout=timeout)
-    await link.read_until(link.settings.read_termination.encode(), timeout=timeout)
+    tail = await link.read_line(timeout=timeout)  # ';<error entry>' or a line end
+    answers = [a for a in split_answers(tail) if a.strip()]
+    if not answers:
+        answers = split_answers(await link.read_line(timeout=timeout))
+    code, text = parse_error(answers[-1])
+    if code != 0:
+        await drain_errors(link)
+        raise DeviceError(code, text, command=query, instrument=link.name)
     return payload
 
 
