@@ -108,7 +108,7 @@ async def test_logging_trace_shows_the_transient(lab: EmulatedLab) -> None:
         await sw.connect([(1, 17)])
         start = await pm.start_logging([1, 2], 400, 1e-4)  # 40 ms at 100 us
         await sw.replace({1: 18})  # the light leaves pm1:1 and arrives on pm1:2
-        while not await pm.logging_complete(1):
+        while not await pm.logging_complete(1):  # noqa: ASYNC110 - polling the device
             await asyncio.sleep(0.005)
         old, new = await pm.fetch_log(1), await pm.fetch_log(2)
     change = lab.truth("ocs1")["changes"][-1]
