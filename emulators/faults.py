@@ -12,6 +12,8 @@ Kinds (set through the control endpoint):
 * ``fail_port`` / ``restore_port``: a port's state goes to failed (light lost) and back.
 * ``no_sensor``, ``saturation``, ``stuck``: a power-meter channel (``channel``, or all)
   loses its head, reads over-range, or repeats its last value.
+* ``dead_heater`` / ``revive_heater``: a mesh heater (``channel``) stops heating (its MZI
+  stays in the cross state whatever voltage it gets) and back.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FAULT_KINDS = ("drop", "stall", "garbage", "delay", "fail_port", "restore_port",
-               "no_sensor", "saturation", "stuck")
+               "no_sensor", "saturation", "stuck", "dead_heater", "revive_heater")
 #: Faults of a meter channel (``channel``; all channels when absent), not of the link.
 METER_FAULT_KINDS = ("no_sensor", "saturation", "stuck")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -14,6 +15,7 @@ from emulators.keysight import KeysightMeter, KeysightOptions
 from emulators.meters import MeterModel
 from emulators.optics import EndpointSpec, FiberSpec, OpticalModel
 from emulators.polatis import PolatisOptions, PolatisSwitch
+from emulators.qontrol import MeshDevice, QontrolOptions
 from emulators.server import Endpoint, Interface
 from emulators.thorlabs import ThorlabsMeter, ThorlabsOptions
 from emulators.timing import TimingModel
@@ -49,6 +51,7 @@ KINDS: dict[str, tuple[Any, Any, str]] = {
     "calient": (CalientSwitch, CalientOptions, "mems-3d"),
     "keysight": (KeysightMeter, KeysightOptions, "ideal"),
     "thorlabs": (ThorlabsMeter, ThorlabsOptions, "ideal"),
+    "mesh": (MeshDevice, QontrolOptions, "thermo-optic"),
 }
 
 
@@ -131,6 +134,9 @@ class EmulatedLab:
                 optics.attach(switch)
                 switch.listeners.append(optics.on_change)
                 switch.power_probe = (lambda port, n=name: optics.dbm_now(f"{n}:{port}"))
+            if isinstance(device, MeshDevice):
+                optics.attach(device.mesh)
+                device.mesh.listeners.append(optics.on_change)
             meter = meter_of(device)
             if meter is not None:
                 meter.optics = optics
@@ -198,14 +204,19 @@ class EmulatedLab:
             "state": device.snapshot(),
         }
 
-    def truth(self, emulator_id: str, since: int = 0, light_since: int = 0) -> dict[str, Any]:
-        """The true state, every physical change after ``since``, and the light threshold
-        crossings (after ``light_since``) this device caused or saw."""
+    def truth(self, emulator_id: str, since: int = 0, light_since: int = 0, *,
+              light: bool = True) -> dict[str, Any]:
+        """The true state, every physical change after ``since``, and (``light``) the light
+        threshold crossings after ``light_since`` this device caused or saw. Working out
+        crossings takes a while after many changes: leave ``light`` off when not needed."""
         device = self.device(emulator_id)
         switch = switch_of(device)
-        changes = [c.as_dict() for c in switch.truth.since(since)] if switch else []
+        log = switch.truth if switch else (
+            device.mesh.truth if isinstance(device, MeshDevice) else None)
+        changes = [c.as_dict() for c in log.since(since)] if log is not None else []
         crossings = [c for c in self.light(light_since)
-                     if c["device"] == emulator_id or c["node"].startswith(emulator_id + ":")]
+                     if c["device"] == emulator_id or c["node"].startswith(emulator_id + ":")
+                     ] if light else []
         return {"state": device.snapshot(), "changes": changes, "crossings": crossings}
 
     def light(self, since: int = 0) -> list[dict[str, Any]]:
@@ -230,6 +241,17 @@ class EmulatedLab:
             if not isinstance(port, int):
                 raise ValueError(f"{fault.kind} needs an integer 'port'")
             switch.set_port_state(port, "F" if fault.kind == "fail_port" else "E")
+        elif fault.kind in ("dead_heater", "revive_heater"):
+            if not isinstance(device, MeshDevice):
+                raise ValueError(f"{emulator_id} is not a mesh; {fault.kind} needs one")
+            channel = body.get("channel")
+            if not isinstance(channel, int) or not 0 <= channel < device.mesh.elements:
+                raise ValueError(f"{fault.kind} needs 'channel', a heater 0.."
+                                 f"{device.mesh.elements - 1}")
+            if fault.kind == "dead_heater":
+                device.mesh.kill_heater(channel, time.monotonic_ns())
+            else:
+                device.mesh.revive_heater(channel, time.monotonic_ns())
         elif fault.kind in METER_FAULT_KINDS:
             meter = meter_of(device)
             if meter is None:
@@ -266,6 +288,9 @@ class EmulatedLab:
         meter = meter_of(device)
         if meter is not None:
             meter.set_fault(None, None)
+        if isinstance(device, MeshDevice):
+            for heater in sorted(device.mesh.dead):
+                device.mesh.revive_heater(heater, time.monotonic_ns())
 
     def set_timing(self, emulator_id: str, values: dict[str, Any]) -> dict[str, Any]:
         switch = switch_of(self.device(emulator_id))

@@ -17,7 +17,7 @@ from emulators.optics import DARK_DBM, OpticalModel, to_dbm
 
 METER_FAULTS = ("no_sensor", "saturation", "stuck")
 #: Sub-samples averaged inside one averaging window.
-_SUBSAMPLES = 8
+_SUBSAMPLES = 4
 
 
 class SensorMissing(Exception):

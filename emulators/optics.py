@@ -90,22 +90,53 @@ class OpticalModel:
         self.crossings: deque[Crossing] = deque(maxlen=100_000)
         self.watched: set[str] = set()
         """Nodes whose threshold crossings are ground truth (meter channels, receivers)."""
+        self._reach: dict[str, set[str]] = {}
+        self._pending: deque[Change] = deque()
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self, device: Transmitting) -> None:
         self.devices[device.name] = device
+        self._reach.clear()
+
+    def _reach_of(self, source: str) -> set[str]:
+        if source not in self._reach:
+            self._reach[source] = self.reach(source)
+        return self._reach[source]
 
     def add_meter(self, name: str, channels: int) -> None:
         self.meters[name] = channels
         self.watched.update(f"{name}:{c}" for c in range(1, channels + 1))
 
     # -- light -----------------------------------------------------------------------------
-    def powers(self, times: np.ndarray) -> dict[str, np.ndarray]:
-        """Power (mW) arriving at every node the light reaches, at each time."""
+    def reach(self, source: str) -> set[str]:
+        """Devices light from ``source`` could pass through in any switch state."""
+        devices: set[str] = set()
+        frontier = [source]
+        seen = {source}
+        while frontier:
+            node = frontier.pop()
+            for fiber in self._out.get(node, ()):
+                where = split_node(fiber.dst)
+                if where is None or where[0] not in self.devices or where[0] in devices:
+                    continue
+                devices.add(where[0])
+                for src in self._out:
+                    owner = split_node(src)
+                    if owner is not None and owner[0] == where[0] and src not in seen:
+                        seen.add(src)
+                        frontier.append(src)
+        return devices
+
+    def powers(self, times: np.ndarray, *, through: str | None = None
+               ) -> dict[str, np.ndarray]:
+        """Power (mW) arriving at every node the light reaches, at each time; with
+        ``through``, only light from sources that can pass that device."""
         times = np.asarray(times, dtype=np.int64)
         acc: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(times.shape))
         for endpoint in self.endpoints.values():
             if endpoint.launch_dbm is None:
+                continue
+            if through is not None and through not in self._reach_of(endpoint.id):
                 continue
             start = np.full(times.shape, 10 ** (endpoint.launch_dbm / 10))
             stack: list[tuple[str, np.ndarray, frozenset[str]]] = [
@@ -143,13 +174,23 @@ class OpticalModel:
 
     # -- ground truth ----------------------------------------------------------------------
     def on_change(self, change: Change) -> None:
+        """Note a physical change. Its threshold crossings are worked out when someone asks
+        (:meth:`crossings_since`), never on the device's reply path."""
+        self._pending.append(change)
+
+    def _settle_pending(self) -> None:
+        while self._pending:
+            self._crossings_of(self._pending.popleft())
+
+    def _crossings_of(self, change: Change) -> None:
         """Find when the light at each watched node crossed the threshold during a change."""
         begin = change.arrived_ns - 100_000
         end = change.settled_ns + 1_000_000
         step = max(_STEP_NS // 10 if end - begin < 5_000_000 else _STEP_NS,
                    (end - begin) // _MAX_SAMPLES)
         times = np.arange(begin, end, step, dtype=np.int64)
-        powers = self.powers(times)
+        # Only light that can pass the changed device can have changed.
+        powers = self.powers(times, through=change.emulator)
         for node in sorted(self.watched):
             mw = powers.get(node)
             if mw is None:
@@ -162,6 +203,7 @@ class OpticalModel:
                     int(times[i + 1]), change.seq, change.emulator))
 
     def crossings_since(self, seq: int = 0) -> list[dict[str, Any]]:
+        self._settle_pending()
         return [c.as_dict() for c in self.crossings if c.seq > seq]
 
 

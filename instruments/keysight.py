@@ -64,6 +64,9 @@ class KeysightN77xx(PowerMeter):
     async def _set_unit(self, link: Link, channel: int, watts: bool) -> None:
         await scpi.command_checked(link, f":SENS{channel}:POW:UNIT {1 if watts else 0}")
 
+    def window_s(self, channel: int) -> float:
+        return self._atime.get(channel, 0.0)
+
     async def set_averaging_time(self, channel: int, seconds: float) -> None:
         ch = self.check_channel(channel)
         await self._run(lambda link: scpi.command_checked(

@@ -107,23 +107,41 @@ class LightWatch:
         deadline = self.started_ns + int(self.window_s * 1e9)
         pending = set(self.channels)
         found: dict[int, int] = {}
-        previous: dict[int, tuple[int, float]] = {}
+        previous: dict[int, float] = {}
         last: dict[int, float] = {}
         while pending:
             for channel in sorted(pending):
                 sent = time.monotonic_ns()
                 dbm = await self.meter.read_power(channel)
-                at = (sent + time.monotonic_ns()) // 2
+                received = time.monotonic_ns()
                 last[channel] = dbm
                 if self._met(dbm):
-                    found[channel] = _interpolate(previous.get(channel), (at, dbm),
-                                                  self.threshold_dbm)
+                    found[channel] = await self._locate(channel, sent, received, dbm,
+                                                        previous.get(channel))
                     pending.discard(channel)
-                previous[channel] = (at, dbm)
+                previous[channel] = dbm
             if pending and time.monotonic_ns() > deadline:
                 raise self._timeout([f"channel {c} (last {last[c]:.1f} dBm)"
                                      for c in sorted(pending)])
         return found
+
+    async def _locate(self, channel: int, sent: int, received: int, dbm: float,
+                      before: float | None) -> int:
+        """Place the change inside the reading that saw it. The reading averaged over
+        [received - W, received]; a step at x leaves a fraction of the full power in the
+        average that tells where x fell. The full power is the next reading (light came)
+        or the previous one (light went)."""
+        width = int(self.meter.window_s(channel) * 1e9)
+        if width <= 0 or before is None:
+            return (sent + received) // 2
+        end = received
+        start = max(sent, end - width)
+        if self.present:
+            full = await self.meter.read_power(channel)
+            fraction = _ratio(dbm, full)
+            return int(end - fraction * (end - start))
+        fraction = _ratio(dbm, before)
+        return int(start + fraction * (end - start))
 
     def _timeout(self, missing: list[str]) -> LightTimeout:
         wanted = "present" if self.present else "gone"
@@ -138,13 +156,11 @@ class LightWatch:
                 await self._poller
 
 
-def _interpolate(before: tuple[int, float] | None, after: tuple[int, float],
-                 threshold: float) -> int:
-    if before is None or not (math.isfinite(before[1]) and math.isfinite(after[1])) or (
-            after[1] == before[1]):
-        return after[0]
-    frac = min(1.0, max(0.0, (threshold - before[1]) / (after[1] - before[1])))
-    return int(before[0] + frac * (after[0] - before[0]))
+def _ratio(part_dbm: float, full_dbm: float) -> float:
+    """Linear power ratio, clipped to 0..1 (over-range counts as full)."""
+    if not math.isfinite(part_dbm) or not math.isfinite(full_dbm):
+        return 1.0
+    return min(1.0, max(0.0, 10 ** ((part_dbm - full_dbm) / 10)))
 
 
 async def wait_for_light(meter: PowerMeter, channels: list[int], *, present: bool = True,

@@ -87,6 +87,10 @@ class PowerMeter(Instrument):
         ch = self.check_channel(channel)
         return await self._run(lambda link: self._wavelength(link, ch))
 
+    def window_s(self, channel: int) -> float:
+        """How long one reading averages over (seconds)."""
+        return 0.0
+
     async def set_unit(self, channel: int, unit: str) -> None:
         """``"dBm"`` or ``"W"`` on the meter's display; readings here stay in dBm."""
         ch = self.check_channel(channel)

@@ -8,12 +8,13 @@ from typing import Any
 
 from instruments.calient import CalientTl1
 from instruments.errors import InvalidRequest
+from instruments.mesh import MeshSwitch
 from instruments.polatis_scpi import PolatisScpi
 from instruments.polatis_tl1 import PolatisTl1
 from instruments.switch import OpticalSwitch
 
 SWITCH_DRIVERS: dict[str, type[OpticalSwitch]] = {
-    cls.driver: cls for cls in (PolatisScpi, PolatisTl1, CalientTl1)
+    cls.driver: cls for cls in (PolatisScpi, PolatisTl1, CalientTl1, MeshSwitch)
 }
 
 

@@ -51,6 +51,9 @@ class ThorlabsPM100(PowerMeter):
     async def _set_unit(self, link: Link, channel: int, watts: bool) -> None:
         await scpi.command_checked(link, f":SENS:POW:UNIT {'W' if watts else 'DBM'}")
 
+    def window_s(self, channel: int) -> float:
+        return self.averages * SAMPLE_S
+
     async def sensor(self) -> str:
         """The sensor head's name; ``no sensor`` when none is attached."""
         text = await self._run(lambda link: link.query(":SYST:SENS:IDN?"))

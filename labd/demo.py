@@ -1,9 +1,11 @@
 """``labd demo``: the packaged demo lab in emulation, driven through labd's drivers.
 
-Each switch gets a series of reconfigurations (batches of 1, 2, 4 and 8 pairs, made and
-broken); every one is timed and set beside the emulator's ground truth, so the report shows
-what the device took and what labd added. A fault drill then cuts a link mid-command and
-shows the driver reconnect, resynchronise and report the drift.
+Each switch (the OCSs and the MZI mesh) gets a series of reconfigurations (batches of 1, 2,
+4 and 8 pairs, made and broken); every one is timed and set beside the emulator's ground
+truth, so the report shows what the device took and what labd added. Light verification
+then moves light onto and off a metered path of each switch and compares when the meters
+saw it with when the optical model says it happened. A fault drill cuts a link
+mid-command and shows the driver reconnect, resynchronise and report the drift.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from rich.table import Table
 from emulators.lab import EmulatedLab
 from instruments.errors import InstrumentError
 from instruments.events import EventQueue
-from instruments.switch import OpticalSwitch
-from labd.drivers import make_switch
+from instruments.meter import MeterInfo, PowerMeter
+from instruments.switch import OpticalSwitch, SwitchInfo
+from labd.drivers import make_driver
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import Lab
 from labd.stats import percentile
+from labd.verify import light_drill
+from labd.wiring import dark_ingress, metered_paths
 
 BATCHES = (1, 2, 4, 8)
 
@@ -64,9 +69,14 @@ async def _exercise(switch: OpticalSwitch, emulated: EmulatedLab, rounds: int,
                 await switch.disconnect([a for a, _ in pairs])
             sent.append((start, time.monotonic_ns()))
             progress.advance(task)
-    changes = emulated.truth(switch.name)["changes"]
-    for (start, end), change in zip(sent, changes[-len(sent):], strict=True):
-        device = (change["settled_ns"] - change["arrived_ns"]) / 1e6
+    changes = emulated.truth(switch.name, light=False)["changes"]
+    for start, end in sent:
+        # The physical changes this operation caused: those that arrived while it ran (a
+        # mesh makes one per driver-board command; retiring a mesh circuit makes none).
+        mine = [c for c in changes if start <= c["arrived_ns"] <= end]
+        if not mine:
+            continue
+        device = (max(c["settled_ns"] for c in mine) - min(c["arrived_ns"] for c in mine)) / 1e6
         run.ack_ms.append((end - start) / 1e6)
         run.device_ms.append(device)
         run.overhead_ms.append((end - start) / 1e6 - device)
@@ -74,22 +84,26 @@ async def _exercise(switch: OpticalSwitch, emulated: EmulatedLab, rounds: int,
 
 
 async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
-                   seed: int | None = None) -> int:
+                   seed: int | None = None, light_events: int = 20) -> int:
     emulated, entries = emulated_lab(lab)
     rng = random.Random(seed)
     async with emulated:
         console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation, "
                       f"control endpoint {emulated.control_url}")
-        switches = [make_switch(e, endpoint_of(emulated, e), source=lab.source)
-                    for e in entries]
+        drivers = [make_driver(e, endpoint_of(emulated, e), source=lab.source)
+                   for e in entries]
+        switches = [d for d in drivers if isinstance(d, OpticalSwitch)]
+        meters = {d.name: d for d in drivers if isinstance(d, PowerMeter)}
         found = Table(box=None, show_header=False, pad_edge=False)
-        for sw in switches:
-            await sw.open()
-            assert sw.info is not None
-            found.add_row(sw.name, type(sw).driver, f"{sw.info.vendor} {sw.info.model}",
-                          sw.info.size, str(sw.connection.link.address))
-        console.print(found)
         try:
+            for driver in drivers:
+                await driver.open()
+                info: SwitchInfo | MeterInfo | None = getattr(driver, "info", None)
+                assert info is not None
+                size = info.size if isinstance(info, SwitchInfo) else f"{info.channels} ch"
+                found.add_row(driver.name, type(driver).driver, f"{info.vendor} {info.model}",
+                              size, str(driver.connection.link.address))
+            console.print(found)
             with Progress(console=console, transient=True) as progress:
                 tasks = [progress.add_task(f"reconfiguring {sw.name}", total=2 * rounds)
                          for sw in switches]
@@ -97,17 +111,57 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                     _exercise(sw, emulated, rounds, random.Random(rng.random()), progress, task)
                     for sw, task in zip(switches, tasks, strict=True)))
             console.print(_report(runs))
+            if light_events and meters:
+                await _light(lab, switches, meters, emulated, light_events, console)
             await _fault_drill(switches[0], emulated, console)
             if serve:
                 console.print("\nServing the demo lab; endpoints:")
                 for e in entries:
                     console.print(f"  {e.id}: {endpoint_of(emulated, e)}")
+                console.print(f"  control: {emulated.control_url}")
                 console.print("Press Ctrl-C to stop.")
                 await asyncio.Event().wait()
         finally:
-            for sw in switches:
-                await sw.close()
+            for driver in drivers:
+                await driver.close()
     return 0
+
+
+async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, PowerMeter],
+                 emulated: EmulatedLab, events: int, console: Console) -> None:
+    """Verify light on one metered path per switch; compare with the optical model."""
+    table = Table(title=f"Light verification: detected - true threshold crossing "
+                        f"({lab.lab.light_threshold_dbm:g} dBm), µs")
+    for column in ("switch", "path", "meter", "how", "events", "p50", "p99", "max |err|"):
+        table.add_column(column, justify="right" if column in ("events", "p50", "p99",
+                                                               "max |err|") else "left")
+    with Progress(console=console, transient=True) as progress:
+        for switch in switches:
+            paths = [p for p in metered_paths(lab, switch.name) if p.meter in meters]
+            if not paths or switch.info is None:
+                continue
+            path, meter = paths[0], meters[paths[0].meter]
+            mesh = type(switch).driver == "qontrol-mesh"
+            # A mesh settles in tens of µs: log finer and over a shorter window.
+            resolution = 1e-5 if mesh else 1e-4
+            task = progress.add_task(f"light on {switch.name}", total=events)
+
+            def tick(task: TaskID = task) -> None:
+                progress.advance(task)
+
+            errors = await light_drill(
+                switch, meter, path, emulated, events,
+                threshold_dbm=lab.lab.light_threshold_dbm,
+                window_s=0.02 if mesh else 0.15, resolution_s=resolution,
+                dark_ingress=dark_ingress(lab, switch.name, switch.info.ingress) if mesh
+                else None, progress=tick)
+            how = (f"logging {resolution * 1e6:g} µs" if meter.supports_logging
+                   else "polling")
+            table.add_row(switch.name, f"{path.ingress}→{path.egress}",
+                          f"{path.meter}:{path.channel}", how, str(len(errors)),
+                          f"{percentile(errors, 50):.0f}", f"{percentile(errors, 99):.0f}",
+                          f"{max(abs(e) for e in errors):.0f}" if errors else "-")
+    console.print(table)
 
 
 def _report(runs: list[SwitchRun]) -> Table:

@@ -16,6 +16,7 @@ from labd.labfile import (
     CalientTl1Entry,
     Instrument,
     KeysightEntry,
+    MeshEntry,
     SwitchEntry,
     ThorlabsEntry,
     Tl1Credentials,
@@ -64,6 +65,9 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
     if isinstance(entry, CalientTl1Entry):
         options.update(ports_per_slot=entry.ports_per_slot, group=entry.group,
                        aid_lists=entry.aid_lists)
+    if isinstance(entry, MeshEntry):
+        options.update(v_pi=entry.v_pi, calibration=entry.calibration,
+                       settle_us=entry.settle_us)
     return cls(where, name=entry.id, settings=link_settings(entry, cls.default_settings),
                **options)
 

@@ -8,12 +8,14 @@ from urllib.parse import urlsplit
 
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
 from emulators.optics import EndpointSpec, FiberSpec
+from instruments.switch import parse_size
 from labd.errors import LabFileError
 from labd.labfile import (
     CalientTl1Entry,
     Instrument,
     KeysightEntry,
     Lab,
+    MeshEntry,
     SwitchEntry,
     Tl1Credentials,
 )
@@ -23,6 +25,7 @@ EMULATION: dict[str, tuple[str, str]] = {
     "polatis-scpi": ("polatis", "scpi"),
     "polatis-tl1": ("polatis", "tl1"),
     "calient-tl1": ("calient", "tl1"),
+    "qontrol-mesh": ("mesh", "serial"),
     "keysight-n77xx": ("keysight", "scpi"),
     "thorlabs-pm100": ("thorlabs", "scpi"),
 }
@@ -37,6 +40,9 @@ def spec_for(entry: Instrument) -> EmulatorSpec:
         options["ports_per_slot"] = entry.ports_per_slot
         if entry.size:
             options["ports"] = int(entry.size)
+    elif isinstance(entry, MeshEntry):
+        options["ports"] = parse_size(entry.size)[0]
+        options["v_pi"] = entry.v_pi
     elif isinstance(entry, KeysightEntry):
         if entry.channels:
             options["model"] = "N7745A" if entry.channels == 8 else "N7744A"
@@ -46,7 +52,8 @@ def spec_for(entry: Instrument) -> EmulatorSpec:
     port = 0
     if entry.address and entry.address.startswith("tcp://"):
         port = urlsplit(entry.address).port or 0
-    serve = {interface: ServeSpec(port=port, serve=entry.emulator.serve)}
+    default = "pty" if kind == "mesh" else "tcp"
+    serve = {interface: ServeSpec(port=port, serve=entry.emulator.serve or default)}
     return EmulatorSpec(entry.id, kind, options, entry.emulator.timing(), serve)
 
 

@@ -36,7 +36,9 @@ class EmulatorSettings(Strict):
     jitter_ms: float | None = Field(default=None, ge=0)
     per_pair_ms: float | None = Field(default=None, ge=0)
     seed: int | None = None
-    serve: Literal["tcp", "pty"] = "tcp"
+    serve: Literal["tcp", "pty"] | None = None
+    """Where the emulator listens: a TCP port or a pty (a serial line). Default: pty for
+    serial devices (the mesh's driver board), TCP otherwise."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Device options of the emulator (the protocols' [?] items): see docs/emulators.md."""
 
@@ -158,6 +160,28 @@ class CalientTl1Entry(Tl1Credentials):
     """Send ``&`` lists of ports in one command; false sends one pair per command."""
 
 
+class MeshEntry(NxMSwitch):
+    """A Beneš MZI mesh whose heaters hang off a Qontrol-style board (the address)."""
+
+    driver: Literal["qontrol-mesh"]
+    size: str
+    v_pi: float = Field(default=5.0, gt=0, le=12)
+    """Heater voltage for a π phase shift, for every heater (nominal calibration)."""
+    calibration: dict[str, list[float]] | None = None
+    """Per-heater ``alpha`` (rad/V²) and ``phi0`` (rad), from your calibration run."""
+    settle_us: float = Field(default=50.0, ge=0, le=1e6)
+    """Thermal settling waited after each change."""
+
+    @field_validator("size")
+    @classmethod
+    def _power_of_two(cls, value: str) -> str:
+        n, m = parse_size(value)
+        if n != m or n < 2 or n & (n - 1) or n > 64:
+            raise ValueError(f"size {value!r}: a Beneš mesh is NxN with N a power of two, "
+                             "2..64")
+        return value
+
+
 class KeysightEntry(InstrumentBase):
     driver: Literal["keysight-n77xx"]
     channels: Literal[4, 8] | None = None
@@ -176,12 +200,14 @@ class ThorlabsEntry(InstrumentBase):
 
 
 Instrument = Annotated[
-    PolatisScpiEntry | PolatisTl1Entry | CalientTl1Entry | KeysightEntry | ThorlabsEntry,
+    PolatisScpiEntry | PolatisTl1Entry | CalientTl1Entry | MeshEntry | KeysightEntry
+    | ThorlabsEntry,
     Field(discriminator="driver"),
 ]
-SWITCH_ENTRIES = (PolatisScpiEntry, PolatisTl1Entry, CalientTl1Entry)
+SWITCH_ENTRIES = (PolatisScpiEntry, PolatisTl1Entry, CalientTl1Entry, MeshEntry)
 METER_ENTRIES = (KeysightEntry, ThorlabsEntry)
-DRIVERS = ("polatis-scpi", "polatis-tl1", "calient-tl1", "keysight-n77xx", "thorlabs-pm100")
+DRIVERS = ("polatis-scpi", "polatis-tl1", "calient-tl1", "qontrol-mesh", "keysight-n77xx",
+           "thorlabs-pm100")
 
 
 class LabSection(Strict):

@@ -1,0 +1,170 @@
+"""Qontrol-style DAC/driver boards (Q8iv/Q8b modules, daisy-chained) over USB-serial at
+115200 baud: the ASCII protocol of protocols.md §5.1.
+
+Whether a set command answers ``OK`` differs between boards, so every batch of set
+commands is followed by a query (``nchan?``): its answer proves the batch was read, and any
+``E<nn>:<ch>`` error line the batch caused arrives before it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from instruments.errors import DeviceError, InvalidRequest, ProtocolError
+from instruments.instrument import Instrument
+from instruments.link import Link, LinkSettings
+
+MODULE_CHANNELS = 8
+_ERROR = re.compile(r"^[A-Za-z]{1,3}(\d+):(\d+)$")
+#: Error codes (Qx output modules and common ones), for messages.
+ERRORS = {0: "unknown error", 1: "over-voltage", 2: "over-current", 3: "power",
+          4: "calibration", 5: "output", 10: "unrecognised command",
+          11: "unrecognised parameter", 12: "unrecognised channel",
+          13: "operation forbidden", 14: "serial buffer overflow",
+          15: "serial communication error", 16: "command timed out", 17: "SPI", 18: "ADC",
+          19: "I2C", 30: "too many errors", 31: "firmware trap", 90: "powered up"}
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    id: str
+    modules: list[str]
+    channels: int
+    vfull: float
+    ifull: float
+
+
+def board_error(line: str, command: str, instrument: str) -> DeviceError | None:
+    """An ``E<nn>:<ch>`` line as a DeviceError; None for other lines and for the
+    "powered up" notice a board sends when it starts."""
+    match = _ERROR.match(line.strip())
+    if not match:
+        return None
+    code, channel = int(match.group(1)), int(match.group(2))
+    if code == 90:
+        return None
+    return DeviceError(code, f"{ERRORS.get(code, 'error')} on channel {channel}",
+                       command=command, instrument=instrument)
+
+
+async def ask(link: Link, command: str, lines: int = 1) -> list[str]:
+    """Send a query and return its ``lines`` answer lines; error lines raise."""
+    await link.write_query(command)
+    answers: list[str] = []
+    while len(answers) < lines:
+        line = (await link.read_line()).strip()
+        if not line or line.upper() == "OK":
+            continue
+        error = board_error(line, command, link.name)
+        if error is not None:
+            raise error
+        if _ERROR.match(line):  # the powered-up notice
+            continue
+        answers.append(line)
+    return answers
+
+
+async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
+    """Send set commands, then ``nchan?``; raise the first error line the batch caused."""
+    for command in commands:
+        await link.write(command)
+    await link.write_query("nchan?")
+    first_error: DeviceError | None = None
+    while True:
+        line = (await link.read_line()).strip()
+        if not line or line.upper() == "OK":
+            continue
+        error = board_error(line, "; ".join(commands), link.name)
+        if error is not None:
+            first_error = first_error or error
+            continue
+        if _ERROR.match(line):
+            continue
+        if line.isdigit():
+            break
+        raise ProtocolError(f"unexpected line {line!r} after set commands",
+                            instrument=link.name)
+    if first_error is not None:
+        raise first_error
+
+
+def vector_commands(volts: dict[int, float]) -> list[str]:
+    """One ``vvec`` per module holding changed channels, as the vendor client sends."""
+    by_module: dict[int, dict[int, float]] = {}
+    for channel, v in volts.items():
+        by_module.setdefault(channel // MODULE_CHANNELS, {})[channel] = v
+    commands = []
+    for _, values in sorted(by_module.items()):
+        first, last = min(values), max(values)
+        if first == last:
+            commands.append(f"v{first}={values[first]:.4f}")
+            continue
+        run = [values.get(c) for c in range(first, last + 1)]
+        if any(v is None for v in run):
+            commands.extend(f"v{c}={v:.4f}" for c, v in sorted(values.items()))
+        else:
+            commands.append(f"vvec{first}=" + ",".join(f"{v:.4f}" for v in run))
+    return commands
+
+
+async def identify(link: Link) -> BoardInfo:
+    """The start-up sequence of the vendor client: id, reset the chain, read it, limits."""
+    (ident,) = await ask(link, "id?")
+    (count,) = await ask(link, "nchan?")
+    await set_and_sync(link, ["nup=0"])
+    channels = int(count)
+    chain = await ask(link, "nupall?", max(1, math.ceil(channels / MODULE_CHANNELS)))
+    (vfull,) = await ask(link, "vfull?")
+    (ifull,) = await ask(link, "ifull?")
+    try:
+        return BoardInfo(ident, [c.split(":")[0].strip() for c in chain], channels,
+                         float(vfull.split()[0]), float(ifull.split()[0]))
+    except (ValueError, IndexError):
+        raise ProtocolError(f"full scale {vfull!r} / {ifull!r} is not '<value> <unit>'",
+                            instrument=link.name) from None
+
+
+async def read_volts(link: Link, channels: int) -> list[float]:
+    try:
+        return [float(v) for v in await ask(link, "vall?", channels)]
+    except ValueError:
+        raise ProtocolError("vall? gave a non-number", instrument=link.name) from None
+
+
+class QontrolBoard(Instrument):
+    """The board on its own: set and read channel voltages."""
+
+    driver = "qontrol"
+    default_settings = LinkSettings(write_termination="\n", read_termination="\n", timeout=1.0)
+
+    def __init__(self, address: str, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        self.info: BoardInfo | None = None
+
+    async def _on_connect(self, link: Link) -> None:
+        self.info = await identify(link)
+
+    def _check(self, channel: int, volts: float | None = None) -> None:
+        info = self.info
+        if info is None:
+            raise InvalidRequest("board not identified yet; open it first", instrument=self.name)
+        if not 0 <= channel < info.channels:
+            raise InvalidRequest(f"channel {channel} is not on this board "
+                                 f"(0..{info.channels - 1})", instrument=self.name)
+        if volts is not None and not 0 <= volts <= info.vfull:
+            raise InvalidRequest(f"{volts} V on channel {channel}: the board gives "
+                                 f"0..{info.vfull} V", instrument=self.name)
+
+    async def set_volts(self, volts: dict[int, float]) -> None:
+        for channel, v in volts.items():
+            self._check(channel, v)
+        await self._run(lambda link: set_and_sync(link, vector_commands(volts)))
+
+    async def volts(self) -> list[float]:
+        assert self.info is not None
+        channels = self.info.channels
+        return await self._run(lambda link: read_volts(link, channels))
