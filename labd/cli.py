@@ -65,6 +65,9 @@ def demo(
     rounds: Annotated[int, typer.Option(min=1, max=10000,
                                         help="Make-and-break rounds per switch.")] = 12,
     seed: Annotated[int | None, typer.Option(help="Seed for the random port choices.")] = None,
+    light_events: Annotated[int, typer.Option(min=0, max=10000,
+                                              help="Light-verification events per switch "
+                                                   "(0 skips them).")] = 20,
     serve: Annotated[bool, typer.Option("--serve", help="Keep the lab running afterwards.")]
     = False,
 ) -> None:
@@ -75,7 +78,7 @@ def demo(
     loaded = _load(lab)
     try:
         code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
-                                    seed=seed))
+                            seed=seed, light_events=light_events))
     except KeyboardInterrupt:
         code = 0
     except (LabdError, InstrumentError) as exc:

@@ -38,13 +38,17 @@ async def test_emulate_demo_prints_endpoints_then_ready_and_stops_on_sigint(
             if "ready" in lines[-1]:
                 break
         *emulators, ready = lines
-        assert [e["id"] for e in emulators] == ["ocs1", "ocs2", "ocs3"]
-        assert [e["driver"] for e in emulators] == ["polatis-scpi", "polatis-tl1", "calient-tl1"]
-        assert all(e["endpoint"].startswith("tcp://127.0.0.1:") for e in emulators)
+        assert [e["id"] for e in emulators] == ["ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"]
+        assert [e["driver"] for e in emulators] == [
+            "polatis-scpi", "polatis-tl1", "calient-tl1", "qontrol-mesh", "keysight-n77xx",
+            "thorlabs-pm100"]
+        assert emulators[3]["endpoint"].startswith("serial:///dev/pts/")  # a USB-serial board
+        assert all(e["endpoint"].startswith("tcp://127.0.0.1:")
+                   for e in emulators if e["id"] != "mesh1")
         assert ready["ready"] is True
         async with httpx.AsyncClient(base_url=ready["control"]) as http:
             listing = (await http.get("/v1/emulators")).json()
-        assert {e["id"] for e in listing} == {"ocs1", "ocs2", "ocs3"}
+        assert {e["id"] for e in listing} == {"ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"}
         host, port = emulators[0]["endpoint"].removeprefix("tcp://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(b"*IDN?\n")
@@ -52,6 +56,7 @@ async def test_emulate_demo_prints_endpoints_then_ready_and_stops_on_sigint(
         writer.close()
         lab = load_lab(resolved)
         assert [e.address for e in lab.instrument] == [e["endpoint"] for e in emulators]
+        assert len(lab.fiber) > 0  # the wiring travels with it
         assert not any(e.emulate for e in lab.instrument)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -80,11 +85,13 @@ async def test_probe_tl1_blocks_and_silence(lab: EmulatedLab) -> None:
 
 
 async def test_demo_runs_and_exits_zero() -> None:
-    code, out, err = await run("demo", "--rounds", "2", "--seed", "1", timeout=120)
+    code, out, err = await run("demo", "--rounds", "2", "--seed", "1", "--light-events", "4",
+                               timeout=120)
     assert code == 0, err
-    for name in ("ocs1", "ocs2", "ocs3"):
+    for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out
     assert "ack p50" in out and "Fault drill" in out and "resynchronised" in out
+    assert "Light verification" in out and "logging 10 µs" in out
 
 
 async def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:

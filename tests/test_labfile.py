@@ -10,7 +10,10 @@ def test_packaged_demo_lab_has_every_switch_family() -> None:
     assert "demo" in packaged_labs()
     lab = load_lab("demo")
     assert lab.lab.name == "demo"
-    assert {e.driver for e in lab.instrument} == {"polatis-scpi", "polatis-tl1", "calient-tl1"}
+    assert {e.driver for e in lab.instrument} == {
+        "polatis-scpi", "polatis-tl1", "calient-tl1", "qontrol-mesh", "keysight-n77xx",
+        "thorlabs-pm100"}
+    assert lab.fiber and lab.endpoint
     assert all(e.emulate for e in lab.instrument)
 
 
@@ -107,3 +110,54 @@ def test_toml_syntax_and_missing_files(tmp_path: Path) -> None:
     assert problem.startswith(f"{tmp_path / 'lab.toml'}: not valid TOML")
     with pytest.raises(LabFileError, match="no such file, and no packaged lab"):
         load_lab("no-such-lab")
+
+
+def test_fibres_must_join_things_that_exist(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "x"
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "4x4"
+[[instrument]]
+id = "pm1"
+driver = "keysight-n77xx"
+emulate = true
+[[endpoint]]
+id = "gpu0"
+launch_dbm = 0
+[[fiber]]
+from = "gpu0"
+to = "ocs1:1"
+[[fiber]]
+from = "ocs1:9"
+to = "gpu1"
+[[fiber]]
+from = "pm1:1"
+to = "ocs1:2"
+[[fiber]]
+from = "ocs1:5"
+to = "gpu0"
+tap = "pm1:5"
+""")
+    (problem,) = problems(path)
+    assert "[[fiber]] #2, field 'from': 'ocs1:9': ocs1 has ports 1..8" in problem
+    assert "[[fiber]] #2, field 'to': 'gpu1' names no [[endpoint]]" in problem
+    assert "[[fiber]] #3, field 'from': 'pm1:1' is a meter channel" in problem
+    assert "[[fiber]] #4, field 'tap': 'pm1:5': pm1 has channels 1..4" in problem
+
+
+def test_mesh_sizes(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "x"
+[[instrument]]
+id = "m"
+driver = "qontrol-mesh"
+emulate = true
+size = "6x6"
+""")
+    (problem,) = problems(path)
+    assert "field 'size'" in problem and "power of two" in problem

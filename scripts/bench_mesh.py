@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Benchmark: mesh routing quality and speed.
+
+For ``--perm8`` random permutations on an 8x8 Beneš MZI mesh and ``--perm16`` on a 16x16,
+the driver routes each (looping algorithm), turns it into heater voltages over the Qontrol
+protocol on a pty, and the emulator computes the chip's transfer from those voltages
+(imperfect couplers, so crosstalk exists). Prints, per mesh, how many permutations delivered
+every input to its output, the distribution of crosstalk at the outputs (power from all
+other inputs relative to the wanted one) and the time per full reconfiguration.
+Target: worst-case crosstalk below -20 dB.
+
+Usage: python scripts/bench_mesh.py [--perm8 200] [--perm16 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import numpy as np
+
+from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec
+from instruments.mesh import MeshSwitch
+from labd.runtime import run
+
+
+async def bench(ports: int, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    spec = EmulatorSpec("mesh", "mesh", {"ports": ports}, {},
+                        serve={"serial": ServeSpec(serve="pty")})
+    async with EmulatedLab([spec], control=False) as lab:
+        chip = lab.device("mesh").mesh  # type: ignore[attr-defined]
+        async with MeshSwitch(lab.endpoints["mesh"]["serial"], name="mesh",
+                              size=f"{ports}x{ports}") as mesh:
+            crosstalk: list[float] = []
+            worst_per_perm: list[float] = []
+            delivered = 0
+            took: list[float] = []
+            for _ in range(count):
+                outputs = list(range(ports + 1, 2 * ports + 1))
+                rng.shuffle(outputs)
+                target = dict(zip(range(1, ports + 1), outputs, strict=True))
+                start = time.perf_counter()
+                await mesh.replace(target)
+                took.append((time.perf_counter() - start) * 1e3)
+                transfer = chip.transfer_now()
+                ok = True
+                worst = -np.inf
+                for i in range(ports):
+                    j = target[i + 1] - ports - 1
+                    ok &= int(np.argmax(transfer[i])) == j
+                    leak = transfer[:, j].sum() - transfer[i, j]
+                    xt = 10 * np.log10(leak / transfer[i, j])
+                    crosstalk.append(xt)
+                    worst = max(worst, xt)
+                delivered += ok
+                worst_per_perm.append(worst)
+    q = np.percentile
+    print(f"{ports}x{ports} mesh ({chip.elements} MZIs), {count} random permutations: "
+          f"{delivered}/{count} delivered every input to its output")
+    print(f"  crosstalk per output, dB:      p50 {q(crosstalk, 50):6.1f}  p90 {q(crosstalk, 90):6.1f}"
+          f"  p99 {q(crosstalk, 99):6.1f}  worst {max(crosstalk):6.1f}   (target < -20)")
+    print(f"  worst output per permutation:  p50 {q(worst_per_perm, 50):6.1f}  "
+          f"p90 {q(worst_per_perm, 90):6.1f}  max {max(worst_per_perm):6.1f}")
+    print(f"  full reconfiguration (route + voltages over the serial protocol + settle), ms: "
+          f"p50 {q(took, 50):.2f}  p99 {q(took, 99):.2f}")
+
+
+async def main(perm8: int, perm16: int) -> None:
+    await bench(8, perm8, 8)
+    await bench(16, perm16, 16)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--perm8", type=int, default=200)
+    parser.add_argument("--perm16", type=int, default=50)
+    args = parser.parse_args()
+    run(main(args.perm8, args.perm16))
