@@ -54,7 +54,8 @@ async def main(events: int) -> None:
             await switch.close()
             p99 = percentile([abs(e) for e in errors], 99)
             verdict = "ok" if p99 <= target else "MISSED"
-            print(f"  {switch_id:<8}{f'{path.ingress}->{path.egress} {meter_id}:{path.channel}':<14}"
+            where = f"{path.ingress}->{path.egress} {meter_id}:{path.channel}"
+            print(f"  {switch_id:<8}{where:<14}"
                   f"{resolution * 1e6:>10g}µs{percentile(errors, 50):>9.1f}"
                   f"{p99:>9.1f}{max(abs(e) for e in errors):>9.1f}"
                   f"{target:>8g} {verdict} ({len(errors)} crossings)")

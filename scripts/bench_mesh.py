@@ -59,8 +59,9 @@ async def bench(ports: int, count: int, seed: int) -> None:
     q = np.percentile
     print(f"{ports}x{ports} mesh ({chip.elements} MZIs), {count} random permutations: "
           f"{delivered}/{count} delivered every input to its output")
-    print(f"  crosstalk per output, dB:      p50 {q(crosstalk, 50):6.1f}  p90 {q(crosstalk, 90):6.1f}"
-          f"  p99 {q(crosstalk, 99):6.1f}  worst {max(crosstalk):6.1f}   (target < -20)")
+    print(f"  crosstalk per output, dB:      p50 {q(crosstalk, 50):6.1f}  "
+          f"p90 {q(crosstalk, 90):6.1f}  p99 {q(crosstalk, 99):6.1f}  "
+          f"worst {max(crosstalk):6.1f}   (target < -20)")
     print(f"  worst output per permutation:  p50 {q(worst_per_perm, 50):6.1f}  "
           f"p90 {q(worst_per_perm, 90):6.1f}  max {max(worst_per_perm):6.1f}")
     print(f"  full reconfiguration (route + voltages over the serial protocol + settle), ms: "

@@ -149,7 +149,7 @@ async def test_board_errors_are_device_errors(lab8: EmulatedLab) -> None:
         await board.set_volts({0: 1.5, 1: 2.5, 9: 3.0})
         volts = await board.volts()
         assert volts[:2] == [1.5, 2.5] and volts[9] == 3.0
-        with pytest.raises(InvalidRequest, match="0..12.0 V"):
+        with pytest.raises(InvalidRequest, match=r"0\.\.12\.0 V"):
             await board.set_volts({0: 20.0})
     # Firmware that sends no OK and pads no zeros: the driver does not care.
     async with mesh_lab(4, ack=False, error_padding=False) as lab, \
