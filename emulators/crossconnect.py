@@ -8,6 +8,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,9 +21,10 @@ DARK_DBM = -60.0
 HISTORY = 64
 
 
-@dataclass(frozen=True)
-class Transition:
-    """A port's light moving from ``old`` partner to ``new`` (either may be None)."""
+class Transition(NamedTuple):
+    """A port's light moving from ``old`` partner to ``new`` (either may be None). A tuple
+    of plain values, so the garbage collector stops tracking it: a 384-port switch keeps
+    tens of thousands of these, and tracked objects make for long collector pauses."""
 
     start_ns: int
     settle_ns: int

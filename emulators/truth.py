@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
+    """One physical change. Pairs and ports are kept as tuples: untracked by the garbage
+    collector, so a long truth log does not lengthen its pauses (which would delay replies
+    and show up as latency that is not the device's)."""
+
     seq: int
     emulator: str
     interface: str
     op: str
-    connected: list[tuple[int, int]] = field(default_factory=list)
-    disconnected: list[tuple[int, int]] = field(default_factory=list)
+    connected: tuple[tuple[int, int], ...] = ()
+    disconnected: tuple[tuple[int, int], ...] = ()
     arrived_ns: int = 0
     """When the command's last byte arrived at the emulator."""
     settled_ns: int = 0
     """When the last mirror of the batch settled (light is stable)."""
-    ports: list[int] = field(default_factory=list)
+    ports: tuple[int, ...] = ()
     """Ports whose state changed (shutter, failure), for port operations."""
 
     def as_dict(self) -> dict[str, Any]:
@@ -32,6 +36,7 @@ class Change:
         data = asdict(self)
         data["connected"] = [list(p) for p in self.connected]
         data["disconnected"] = [list(p) for p in self.disconnected]
+        data["ports"] = list(self.ports)
         return data
 
 
@@ -46,8 +51,9 @@ class GroundTruth:
     def record(self, interface: str, op: str, connected: list[tuple[int, int]],
                disconnected: list[tuple[int, int]], arrived_ns: int, settled_ns: int,
                ports: list[int] | None = None) -> Change:
-        change = Change(next(self._seq), self.emulator, interface, op, connected, disconnected,
-                        arrived_ns, settled_ns, ports or [])
+        change = Change(next(self._seq), self.emulator, interface, op,
+                        tuple(map(tuple, connected)), tuple(map(tuple, disconnected)),  # type: ignore[arg-type]
+                        arrived_ns, settled_ns, tuple(ports or ()))
         self._log.append(change)
         return change
 
