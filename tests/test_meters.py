@@ -195,3 +195,21 @@ async def test_a_refused_logging_fetch_is_an_error_not_a_timeout(lab: EmulatedLa
         with pytest.raises(DeviceError, match="no sensor"):
             await pm.fetch_log(4)
         assert await pm.read_power(1) < -80  # the link is still in step
+
+
+async def test_light_ground_truth_over_http(lab: EmulatedLab) -> None:
+    import httpx
+
+    async with PolatisScpi(lab.endpoints["ocs1"]["scpi"], name="ocs1") as sw:
+        await sw.connect([(2, 18)])
+    async with httpx.AsyncClient(base_url=lab.control_url) as http:
+        (crossing,) = (await http.get("/v1/light")).json()
+        assert (crossing["node"], crossing["direction"], crossing["device"]) == (
+            "pm1:2", "rise", "ocs1")
+        truth = (await http.get("/v1/emulators/ocs1/truth")).json()
+        (change,) = truth["changes"]
+        assert change["arrived_ns"] < crossing["at_ns"] <= change["settled_ns"]
+        assert crossing["change_seq"] == change["seq"]
+        assert (await http.get("/v1/light", params={"since": crossing["seq"]})).json() == []
+        seen = (await http.get("/v1/emulators/pm1/truth")).json()["crossings"]
+        assert seen == [crossing]
