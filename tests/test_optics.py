@@ -43,20 +43,19 @@ async def test_losses_and_taps_add_up() -> None:
 
 async def test_transient_and_its_ground_truth_crossings() -> None:
     optics, switch = model()
-    t0 = time.monotonic_ns()
     connect, drop = switch.plan_connect([(1, 5)])
-    await switch.change("test", "add", connect, drop, t0)
-    t1 = time.monotonic_ns()
-    await switch.change("test", "move", [(1, 6)], [(1, 5)], t1)
+    first = await switch.change("test", "add", connect, drop, time.monotonic_ns())
+    second = await switch.change("test", "move", [(1, 6)], [(1, 5)], time.monotonic_ns())
+    assert first is not None and second is not None
     crossings = optics.crossings_since(0)
     assert [(c["node"], c["direction"]) for c in crossings] == [
         ("pm:1", "rise"), ("pm:1", "fall"), ("pm:2", "rise")]
     rise, fall, moved = (c["at_ns"] for c in crossings)
-    # Beam steering: light lands near the end of the 10 ms move and leaves within its
-    # first tenth.
-    assert t0 + 7_000_000 < rise < t0 + 10_000_000
-    assert t1 < fall < t1 + 1_500_000
-    assert t1 + 7_000_000 < moved < t1 + 10_000_000
+    # Beam steering: light lands in the last quarter of the 10 ms move and leaves within
+    # its first tenth (each move ends at its settled_ns).
+    assert first.settled_ns - 2_500_000 < rise < first.settled_ns
+    assert second.settled_ns - 10_000_000 < fall < second.settled_ns - 9_000_000
+    assert second.settled_ns - 2_500_000 < moved < second.settled_ns
     # The trace agrees with the crossings it implies.
     times = np.array([fall - 1000, fall + 1000], dtype=np.int64)
     assert list(optics.dbm("pm:1", times) >= -30) == [True, False]
