@@ -92,8 +92,9 @@ async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
         raise first_error
 
 
-def vector_commands(volts: dict[int, float]) -> list[str]:
-    """One ``vvec`` per module holding changed channels, as the vendor client sends."""
+def vector_commands(volts: dict[int, float], word: str = "v") -> list[str]:
+    """One vector command (``vvec``/``ivec``) per module holding changed channels, as the
+    vendor client sends; single channels as ``v<ch>=``/``i<ch>=``."""
     by_module: dict[int, dict[int, float]] = {}
     for channel, v in volts.items():
         by_module.setdefault(channel // MODULE_CHANNELS, {})[channel] = v
@@ -101,13 +102,13 @@ def vector_commands(volts: dict[int, float]) -> list[str]:
     for _, values in sorted(by_module.items()):
         first, last = min(values), max(values)
         if first == last:
-            commands.append(f"v{first}={values[first]:.4f}")
+            commands.append(f"{word}{first}={values[first]:.4f}")
             continue
         run = [values.get(c) for c in range(first, last + 1)]
         if any(v is None for v in run):
-            commands.extend(f"v{c}={v:.4f}" for c, v in sorted(values.items()))
+            commands.extend(f"{word}{c}={v:.4f}" for c, v in sorted(values.items()))
         else:
-            commands.append(f"vvec{first}=" + ",".join(f"{v:.4f}" for v in run))
+            commands.append(f"{word}vec{first}=" + ",".join(f"{v:.4f}" for v in run))
     return commands
 
 
@@ -128,11 +129,16 @@ async def identify(link: Link) -> BoardInfo:
                             instrument=link.name) from None
 
 
-async def read_volts(link: Link, channels: int) -> list[float]:
+async def read_all(link: Link, channels: int, word: str = "v") -> list[float]:
+    """Every channel's voltage (``vall?``) or current (``iall?``, mA)."""
     try:
-        return [float(v) for v in await ask(link, "vall?", channels)]
+        return [float(v) for v in await ask(link, f"{word}all?", channels)]
     except ValueError:
-        raise ProtocolError("vall? gave a non-number", instrument=link.name) from None
+        raise ProtocolError(f"{word}all? gave a non-number", instrument=link.name) from None
+
+
+async def read_volts(link: Link, channels: int) -> list[float]:
+    return await read_all(link, channels, "v")
 
 
 class QontrolBoard(Instrument):
@@ -148,23 +154,35 @@ class QontrolBoard(Instrument):
     async def _on_connect(self, link: Link) -> None:
         self.info = await identify(link)
 
-    def _check(self, channel: int, volts: float | None = None) -> None:
+    def _check(self, channel: int, value: float, full: float, unit: str) -> None:
         info = self.info
         if info is None:
             raise InvalidRequest("board not identified yet; open it first", instrument=self.name)
         if not 0 <= channel < info.channels:
             raise InvalidRequest(f"channel {channel} is not on this board "
                                  f"(0..{info.channels - 1})", instrument=self.name)
-        if volts is not None and not 0 <= volts <= info.vfull:
-            raise InvalidRequest(f"{volts} V on channel {channel}: the board gives "
-                                 f"0..{info.vfull} V", instrument=self.name)
+        if not 0 <= value <= full:
+            raise InvalidRequest(f"{value} {unit} on channel {channel}: the board gives "
+                                 f"0..{full} {unit}", instrument=self.name)
 
     async def set_volts(self, volts: dict[int, float]) -> None:
+        """Set channel voltages (V); changed modules get one vector command each."""
         for channel, v in volts.items():
-            self._check(channel, v)
-        await self._run(lambda link: set_and_sync(link, vector_commands(volts)))
+            self._check(channel, v, self.info.vfull if self.info else 0.0, "V")
+        await self._run(lambda link: set_and_sync(link, vector_commands(volts, "v")))
+
+    async def set_currents(self, currents: dict[int, float]) -> None:
+        """Set channel currents (mA)."""
+        for channel, ma in currents.items():
+            self._check(channel, ma, self.info.ifull if self.info else 0.0, "mA")
+        await self._run(lambda link: set_and_sync(link, vector_commands(currents, "i")))
 
     async def volts(self) -> list[float]:
         assert self.info is not None
         channels = self.info.channels
-        return await self._run(lambda link: read_volts(link, channels))
+        return await self._run(lambda link: read_all(link, channels, "v"))
+
+    async def currents(self) -> list[float]:
+        assert self.info is not None
+        channels = self.info.channels
+        return await self._run(lambda link: read_all(link, channels, "i"))

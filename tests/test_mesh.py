@@ -151,6 +151,8 @@ async def test_board_errors_are_device_errors(lab8: EmulatedLab) -> None:
         assert volts[:2] == [1.5, 2.5] and volts[9] == 3.0
         with pytest.raises(InvalidRequest, match=r"0\.\.12\.0 V"):
             await board.set_volts({0: 20.0})
+        await board.set_currents({2: 5.0, 3: 7.5})
+        assert (await board.currents())[2:4] == [5.0, 7.5]
     # Firmware that sends no OK and pads no zeros: the driver does not care.
     async with mesh_lab(4, ack=False, error_padding=False) as lab, \
             QontrolBoard(lab.endpoints["mesh"]["serial"], name="b") as quiet:
