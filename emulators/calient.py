@@ -13,7 +13,7 @@ from typing import Any
 
 from emulators.crossconnect import ModelError, SwitchModel
 from emulators.faults import Faults
-from emulators.server import Interface, Session
+from emulators.server import Interface, SessionInterface
 from emulators.timing import TimingModel
 from emulators.tl1 import Deny, Tl1Command, Tl1Session
 
@@ -52,7 +52,7 @@ class CalientSwitch:
         self.model = SwitchModel(name, options.ports, 0, timing=timing)
         self.faults = Faults()
         self.crs: dict[str, Crs] = {}
-        self.tl1 = CalientTl1Interface(self)
+        self.tl1 = SessionInterface("tl1", b";", lambda: CalientTl1Session(self))
 
     def interfaces(self) -> dict[str, Interface]:
         return {"tl1": self.tl1}
@@ -90,15 +90,6 @@ class CalientSwitch:
         return data
 
 
-class CalientTl1Interface(Interface):
-    name = "tl1"
-    separator = b";"
-
-    def __init__(self, device: CalientSwitch) -> None:
-        self.device = device
-
-    def new_session(self) -> Session:
-        return CalientTl1Session(self.device)
 
 
 class CalientTl1Session(Tl1Session):

@@ -18,14 +18,13 @@ from emulators.crossconnect import sleep_until
 from emulators.faults import Faults
 from emulators.meters import MeterModel, SensorMissing
 from emulators.scpi import (
-    ScpiEngine,
+    ScpiDeviceSession,
     ScpiError,
-    ScpiSessionState,
     definite_block,
     parse_bool,
     parse_number,
 )
-from emulators.server import Interface, Session
+from emulators.server import Interface, SessionInterface
 
 CHANNELS = {"N7744A": 4, "N7745A": 8, "N7744C": 4, "N7745C": 8}
 MAX_LOG_POINTS = 1_000_000
@@ -74,7 +73,7 @@ class KeysightMeter:
                                 overrange=options.overrange, seed=options.seed)
         self.faults = Faults()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
-        self.scpi = KeysightInterface(self)
+        self.scpi = SessionInterface("scpi", b"\n", lambda: KeysightSession(self))
 
     def interfaces(self) -> dict[str, Interface]:
         return {"scpi": self.scpi}
@@ -99,26 +98,14 @@ class KeysightMeter:
                f"{self.options.firmware}"
 
 
-class KeysightInterface(Interface):
-    name = "scpi"
-    separator = b"\n"
-
-    def __init__(self, device: KeysightMeter) -> None:
-        self.device = device
-
-    def new_session(self) -> Session:
-        return KeysightSession(self.device)
 
 
-class KeysightSession(Session):
+class KeysightSession(ScpiDeviceSession):
     garbage = b"\x15#!?garbage\n"
 
     def __init__(self, device: KeysightMeter) -> None:
         self.device = device
         self.meter = device.meter
-        engine = ScpiEngine()
-        self.state = ScpiSessionState(engine, error_format='{signed},"{text}"')
-        self.arrived_ns = 0
         table = {
             "*IDN?": lambda a, s: device.idn(),
             "*RST": self._rst,
@@ -155,15 +142,8 @@ class KeysightSession(Session):
             ":SENSe:FUNCtion:STATe?": self._function_state,
             ":SENSe:FUNCtion:RESult?": self._result,
         }
-        for pattern, handler in table.items():
-            engine.register(pattern, handler)
+        super().__init__(table, error_format='{signed},"{text}"')
 
-    async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
-        self.arrived_ns = arrived_ns
-        text = message.decode("ascii", "replace").strip()
-        if not text:
-            return None
-        return self.state.format_answers(await self.state.execute(text), "\n")
 
     # -- helpers ---------------------------------------------------------------------------
     def _channel(self, suffixes: list[int]) -> int:

@@ -15,8 +15,8 @@ from typing import Any
 
 from emulators.crossconnect import ModelError, SwitchModel
 from emulators.faults import Faults
-from emulators.scpi import ScpiEngine, ScpiError, ScpiSessionState, format_list, parse_lists
-from emulators.server import Interface, Session
+from emulators.scpi import ScpiDeviceSession, ScpiError, format_list, parse_lists
+from emulators.server import Interface, Session, SessionInterface
 from emulators.timing import TimingModel
 from emulators.tl1 import Deny, Tl1Command, Tl1Session, autonomous, keyword_params, parse_ports
 
@@ -61,7 +61,7 @@ class PolatisSwitch:
         self.model = SwitchModel(name, n, m, timing=timing, busy_policy=options.busy_port,
                                  input_dbm=options.input_dbm, loss_db=options.loss_db)
         self.faults = Faults()
-        self.scpi = PolatisScpiInterface(self)
+        self.scpi = SessionInterface("scpi", b"\n", lambda: PolatisScpiSession(self))
         self.tl1 = PolatisTl1Interface(self)
 
     @property
@@ -90,28 +90,16 @@ class PolatisSwitch:
 
 # -- SCPI ---------------------------------------------------------------------------------
 
-class PolatisScpiInterface(Interface):
-    name = "scpi"
-    separator = b"\n"
-
-    def __init__(self, device: PolatisSwitch) -> None:
-        self.device = device
-
-    def new_session(self) -> Session:
-        return PolatisScpiSession(self.device)
 
 
-class PolatisScpiSession(Session):
+class PolatisScpiSession(ScpiDeviceSession):
+    terminator = "\r\n"
     garbage = b"\x15#!?~garbage~?!#\r\n"
 
     def __init__(self, device: PolatisSwitch) -> None:
         self.device = device
         self.model = device.model
         opts = device.options
-        engine = ScpiEngine()
-        self.state = ScpiSessionState(engine, error_format=opts.error_format,
-                                      joined_replies=opts.joined_replies)
-        self.arrived_ns = 0
         table = {
             "*IDN?": lambda a, s: device.idn(),
             "*RST": self._rst,
@@ -139,16 +127,9 @@ class PolatisScpiSession(Session):
         }
         if not opts.product.upper().startswith("I"):
             table[":PMON:POWer?"] = self._power
-        for pattern, handler in table.items():
-            engine.register(pattern, handler)
+        super().__init__(table, error_format=opts.error_format,
+                         joined_replies=opts.joined_replies)
 
-    async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
-        self.arrived_ns = arrived_ns
-        text = message.decode("ascii", "replace").strip()
-        if not text:
-            return None
-        answers = await self.state.execute(text)
-        return self.state.format_answers(answers, "\r\n")
 
     def _ports(self, args: str, count: int) -> list[list[int]]:
         lists = parse_lists(args)

@@ -18,7 +18,7 @@ from typing import Any
 
 from emulators.faults import Faults
 from emulators.mesh import MeshModel, MeshOptions
-from emulators.server import Interface, Session
+from emulators.server import Interface, Session, SessionInterface
 
 MODULE_CHANNELS = 8
 VFULL = 12.0
@@ -67,7 +67,7 @@ class MeshDevice:
         self.vmax = [VFULL] * self.channels
         self.imax = [IFULL] * self.channels
         self.faults = Faults()
-        self.serial = QontrolInterface(self)
+        self.serial = SessionInterface("serial", b"\n", lambda: QontrolSession(self))
 
     def interfaces(self) -> dict[str, Interface]:
         return {"serial": self.serial}
@@ -108,15 +108,6 @@ class MeshDevice:
             self.mesh.apply_voltages(heaters, arrived_ns, "serial")
 
 
-class QontrolInterface(Interface):
-    name = "serial"
-    separator = b"\n"
-
-    def __init__(self, device: MeshDevice) -> None:
-        self.device = device
-
-    def new_session(self) -> Session:
-        return QontrolSession(self.device)
 
 
 class QontrolSession(Session):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import inspect
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from emulators.server import Session
 
 Handler = Callable[..., object]  # returns str | None, or an awaitable of it
 _MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d*)$")
@@ -237,3 +239,26 @@ def parse_bool(text: str) -> bool:
     if value in ("0", "OFF"):
         return False
     raise ScpiError(-104, f"Data type error; expected 0, 1, ON or OFF, got {text.strip()!r}")
+
+
+class ScpiDeviceSession(Session):
+    """A session of an SCPI instrument: its command table, its error queue, its replies."""
+
+    terminator = "\n"
+
+    def __init__(self, table: Mapping[str, Handler], *, error_format: str = '{code}, "{text}"',
+                 joined_replies: bool = True) -> None:
+        engine = ScpiEngine()
+        for pattern, handler in table.items():
+            engine.register(pattern, handler)
+        self.state = ScpiSessionState(engine, error_format=error_format,
+                                      joined_replies=joined_replies)
+        self.arrived_ns = 0
+        """When the message being executed arrived (handlers time their work from it)."""
+
+    async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
+        self.arrived_ns = arrived_ns
+        text = message.decode("ascii", "replace").strip()
+        if not text:
+            return None
+        return self.state.format_answers(await self.state.execute(text), self.terminator)

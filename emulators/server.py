@@ -49,6 +49,17 @@ class Interface(abc.ABC):
     def new_session(self) -> Session: ...
 
 
+class SessionInterface(Interface):
+    """An interface whose sessions share nothing but their device: one made per client by
+    ``factory``."""
+
+    def __init__(self, name: str, separator: bytes, factory: Callable[[], Session]) -> None:
+        self.name, self.separator, self._factory = name, separator, factory
+
+    def new_session(self) -> Session:
+        return self._factory()
+
+
 class Endpoint:
     """Serves one interface on ``tcp://host:port`` (port 0 picks a free one) or on a pty."""
 

@@ -16,8 +16,8 @@ import numpy as np
 from emulators.crossconnect import sleep_until
 from emulators.faults import Faults
 from emulators.meters import MeterModel, SensorMissing
-from emulators.scpi import ScpiEngine, ScpiError, ScpiSessionState, parse_bool, parse_number
-from emulators.server import Interface, Session
+from emulators.scpi import ScpiDeviceSession, ScpiError, parse_bool, parse_number
+from emulators.server import Interface, SessionInterface
 
 #: Seconds per averaged sample (driver comments: about 3 ms; the PM100D samples at ~300 Hz).
 SAMPLE_S = 0.003
@@ -48,7 +48,7 @@ class ThorlabsMeter:
         self.meter.state[1].wavelength_nm = 1310.0
         self.averages = 1
         self.faults = Faults()
-        self.scpi = ThorlabsInterface(self)
+        self.scpi = SessionInterface("scpi", b"\n", lambda: ThorlabsSession(self))
 
     def interfaces(self) -> dict[str, Interface]:
         return {"scpi": self.scpi}
@@ -69,27 +69,15 @@ class ThorlabsMeter:
                                    "averages": self.averages, "fault": state.fault}}}
 
 
-class ThorlabsInterface(Interface):
-    name = "scpi"
-    separator = b"\n"
-
-    def __init__(self, device: ThorlabsMeter) -> None:
-        self.device = device
-
-    def new_session(self) -> Session:
-        return ThorlabsSession(self.device)
 
 
-class ThorlabsSession(Session):
+class ThorlabsSession(ScpiDeviceSession):
     garbage = b"\x15#!?garbage\n"
 
     def __init__(self, device: ThorlabsMeter) -> None:
         self.device = device
         self.meter = device.meter
-        self.arrived_ns = 0
         opts = device.options
-        engine = ScpiEngine()
-        self.state = ScpiSessionState(engine, error_format='{code},"{text}"')
         table = {
             "*IDN?": lambda a, s: f"Thorlabs,{opts.model},{opts.serial},{opts.firmware}",
             "*RST": lambda a, s: device.reset(),
@@ -118,19 +106,12 @@ class ThorlabsSession(Session):
             ":FETCh?": self._fetch,
             ":MEASure:ENERgy?": self._energy,
         }
-        for pattern, handler in table.items():
-            engine.register(pattern, handler)
+        super().__init__(table, error_format='{code},"{text}"')
 
     @property
     def _chan(self) -> Any:
         return self.meter.state[1]
 
-    async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
-        self.arrived_ns = arrived_ns
-        text = message.decode("ascii", "replace").strip()
-        if not text:
-            return None
-        return self.state.format_answers(await self.state.execute(text), "\n")
 
     def _sensor_idn(self, args: str, s: list[int]) -> str:
         o = self.device.options

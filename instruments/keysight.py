@@ -32,12 +32,7 @@ class KeysightN77xx(PowerMeter):
         self._log_atime: dict[int, float] = {}
 
     async def _identify(self, link: Link) -> MeterInfo:
-        idn = await link.query("*IDN?")
-        fields = [f.strip() for f in idn.split(",")]
-        if len(fields) < 4:
-            raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
-                                instrument=self.name)
-        vendor, model, serial, firmware = fields[:4]
+        vendor, model, serial, firmware = await scpi.identify(link)
         match = _CHANNELS.search(model)
         channels = int(self.options.get("channels") or (8 if match and match.group(1) == "45"
                                                         else 4))

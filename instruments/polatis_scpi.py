@@ -30,12 +30,7 @@ class PolatisScpi(OpticalSwitch):
     default_settings = LinkSettings(write_termination="\n", read_termination="\n", timeout=2.0)
 
     async def _identify(self, link: Link) -> SwitchInfo:
-        idn = await link.query("*IDN?")
-        fields = [f.strip() for f in idn.split(",")]
-        if len(fields) < 4:
-            raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
-                                instrument=self.name)
-        vendor, model, serial, firmware = fields[:4]
+        vendor, model, serial, firmware = await scpi.identify(link)
         match = _SIZE_IN_MODEL.search(model)
         if match:
             n, m = int(match.group(1)), int(match.group(2))

@@ -104,6 +104,26 @@ async def query_all(link: Link, message: str, count: int) -> list[str]:
     return answers
 
 
+async def identify(link: Link) -> tuple[str, str, str, str]:
+    """``*IDN?`` → (vendor, model, serial, firmware)."""
+    idn = await link.query("*IDN?")
+    fields = [f.strip() for f in idn.split(",")]
+    if len(fields) < 4:
+        raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
+                            instrument=link.name)
+    return fields[0], fields[1], fields[2], fields[3]
+
+
+async def _raise_queued(link: Link, entry: str, command: str) -> None:
+    """Raise the device's error for ``command`` if the error-queue ``entry`` holds one,
+    after emptying the rest of the queue (so no stale error is blamed on a later
+    command)."""
+    code, text = parse_error(entry)
+    if code != 0:
+        await drain_errors(link)
+        raise DeviceError(code, text, command=command, instrument=link.name)
+
+
 async def command_checked(link: Link, command: str) -> None:
     """Run a command, wait until the device has completed it (``*OPC?``) and raise
     :class:`DeviceError` if it queued an error. One round trip."""
@@ -120,10 +140,7 @@ async def command_checked(link: Link, command: str) -> None:
     if len(answers) != 2:
         raise ProtocolError(f"expected 2 answers to {message!r}, got {answers!r}",
                             instrument=link.name)
-    code, text = parse_error(answers[1])
-    if code != 0:
-        await drain_errors(link)
-        raise DeviceError(code, text, command=command, instrument=link.name)
+    await _raise_queued(link, answers[1], command)
 
 
 async def query_checked(link: Link, query: str, *, timeout: float | None = None) -> str:
@@ -134,10 +151,7 @@ async def query_checked(link: Link, query: str, *, timeout: float | None = None)
     await link.write_query(message)
     answers = split_answers(await link.read_line(timeout=timeout))
     if len(answers) == 1 and _ERROR.match(answers[0]) and '"' in answers[0]:
-        code, text = parse_error(answers[0])
-        if code != 0:
-            await drain_errors(link)
-            raise DeviceError(code, text, command=query, instrument=link.name)
+        await _raise_queued(link, answers[0], query)
         raise ProtocolError(f"{query!r} got no answer, only {answers[0]!r}",
                             instrument=link.name)
     if len(answers) == 1:
@@ -145,10 +159,7 @@ async def query_checked(link: Link, query: str, *, timeout: float | None = None)
     if len(answers) != 2:
         raise ProtocolError(f"expected 2 answers to {message!r}, got {answers!r}",
                             instrument=link.name)
-    code, text = parse_error(answers[1])
-    if code != 0:
-        await drain_errors(link)
-        raise DeviceError(code, text, command=query, instrument=link.name)
+    await _raise_queued(link, answers[1], query)
     return answers[0]
 
 
@@ -160,10 +171,9 @@ async def query_block(link: Link, query: str, *, timeout: float | None = None) -
     head = await link.read_exactly(2, timeout=timeout)
     if head[:1] != b"#":
         rest = await link.read_line(timeout=timeout)
-        answers = split_answers(head.decode("latin-1") + rest)
-        code, text = parse_error(answers[-1])
-        await drain_errors(link)
-        raise DeviceError(code, text, command=query, instrument=link.name)
+        entry = split_answers(head.decode("latin-1") + rest)[-1]
+        await _raise_queued(link, entry, query)
+        raise ProtocolError(f"{query!r} got no block, only {entry!r}", instrument=link.name)
     if not head[1:2].isdigit() or head[1:2] == b"0":
         raise ProtocolError(f"expected a definite-length block, got {head!r}",
                             instrument=link.name)
@@ -173,10 +183,7 @@ async def query_block(link: Link, query: str, *, timeout: float | None = None) -
     answers = [a for a in split_answers(tail) if a.strip()]
     if not answers:
         answers = split_answers(await link.read_line(timeout=timeout))
-    code, text = parse_error(answers[-1])
-    if code != 0:
-        await drain_errors(link)
-        raise DeviceError(code, text, command=query, instrument=link.name)
+    await _raise_queued(link, answers[-1], query)
     return payload
 
 

@@ -23,13 +23,10 @@ class ThorlabsPM100(PowerMeter):
         self.averages = 1
 
     async def _identify(self, link: Link) -> MeterInfo:
-        idn = [f.strip() for f in (await link.query("*IDN?")).split(",")]
-        if len(idn) < 4:
-            raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
-                                instrument=self.name)
+        vendor, model, serial, firmware = await scpi.identify(link)
         sensor = (await link.query(":SYST:SENS:IDN?")).split(",")[0].strip()
         self.averages = int(float(await link.query(":SENS:AVER:COUN?")))
-        return MeterInfo(idn[0], idn[1], idn[2], idn[3], 1, sensor)
+        return MeterInfo(vendor, model, serial, firmware, 1, sensor)
 
     async def _unit_is_watts(self, link: Link, channel: int) -> bool:
         return (await link.query(":SENS:POW:UNIT?")).strip().upper() == "W"
