@@ -29,13 +29,9 @@ _WORDS = {"V", "I", "VMAX", "IMAX", "VALL", "IALL", "VVEC", "IVEC", "VFULL", "IF
 
 
 @dataclass
-class QontrolOptions:
-    ports: int = 8
-    coupler_error: float = 0.01
-    tau_us: float = 6.0
-    v_pi: float = 5.0
-    calibration_error: float = 0.0
-    seed: int = 7
+class QontrolOptions(MeshOptions):
+    """The chip's options (MeshOptions) and the board's."""
+
     ack: bool = True
     error_padding: bool = True
     powered_up: bool = True
