@@ -1,0 +1,9 @@
+"""The record: SQLAlchemy 2 models under Alembic migrations, one writer, many readers.
+
+SQLite by default (WAL: readers never block the writer, and a killed process loses no
+committed transaction), PostgreSQL by URL. See :class:`labd.store.store.Store`.
+"""
+
+from labd.store.store import Store, StoreError
+
+__all__ = ["Store", "StoreError"]

@@ -1,0 +1,105 @@
+"""Tables. Times are CLOCK_MONOTONIC nanoseconds (comparable with emulator ground truth and
+between processes on one machine) plus a wall-clock time for people."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Reconfiguration(Base):
+    __tablename__ = "reconfigurations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    switch: Mapped[str] = mapped_column(String(64), index=True)
+    cause: Mapped[str] = mapped_column(String(16), index=True)
+    """api, recovery, measurement, schedule, restore"""
+    outcome: Mapped[str] = mapped_column(String(16))
+    """ok, failed, light-missing"""
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    requested_ns: Mapped[int] = mapped_column(BigInteger)
+    dispatched_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    acked_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    light_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    done_ns: Mapped[int] = mapped_column(BigInteger)
+    wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    changes: Mapped[list[PairChange]] = relationship(back_populates="reconfiguration",
+                                                     cascade="all, delete-orphan")
+
+    __table_args__ = (Index("ix_reconfigurations_switch_time", "switch", "requested_ns"),)
+
+
+class PairChange(Base):
+    __tablename__ = "pair_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    reconfiguration_id: Mapped[int] = mapped_column(ForeignKey("reconfigurations.id"),
+                                                    index=True)
+    action: Mapped[str] = mapped_column(String(12))  # connect, disconnect
+    a: Mapped[int] = mapped_column(Integer)
+    b: Mapped[int] = mapped_column(Integer)
+    reconfiguration: Mapped[Reconfiguration] = relationship(back_populates="changes")
+
+
+class ConnectionEvent(Base):
+    __tablename__ = "connection_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instrument: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(24))
+    state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    at_ns: Mapped[int] = mapped_column(BigInteger)
+    wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PowerTrace(Base):
+    __tablename__ = "power_traces"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    meter: Mapped[str] = mapped_column(String(64))
+    channel: Mapped[int] = mapped_column(Integer)
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    atime_s: Mapped[float]
+    dbm: Mapped[bytes] = mapped_column(LargeBinary)
+    """little-endian float32 samples"""
+    reconfiguration_id: Mapped[int | None] = mapped_column(
+        ForeignKey("reconfigurations.id"), nullable=True)
+
+
+class FailoverTimeline(Base):
+    __tablename__ = "failover_timelines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(64), index=True)
+    outcome: Mapped[str] = mapped_column(String(24))
+    stages: Mapped[dict[str, Any]] = mapped_column(JSON)
+    wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class IntendedPair(Base):
+    """The circuits labd means each switch to hold (what a restart restores)."""
+
+    __tablename__ = "intended_pairs"
+
+    switch: Mapped[str] = mapped_column(String(64), primary_key=True)
+    a: Mapped[int] = mapped_column(Integer, primary_key=True)
+    b: Mapped[int] = mapped_column(Integer)
