@@ -92,6 +92,20 @@ class Connection(EventSource):
         async with self._lock:
             await self._connect_locked(on_failure=LinkState.OFFLINE)
 
+    async def open_or_retry(self) -> InstrumentError | None:
+        """Connect once; if that fails, keep trying in the background (jittered backoff)
+        and return the reason, so a daemon can start with an instrument still missing."""
+        try:
+            await self.open()
+        except InstrumentError as exc:
+            async with self._lock:
+                self._set_state(LinkState.BACKOFF, str(exc))
+                if self._reconnector is None or self._reconnector.done():
+                    self._reconnector = asyncio.create_task(
+                        self._reconnect(), name=f"reconnect-{self.name}")
+            return exc
+        return None
+
     async def _connect_locked(self, *, on_failure: LinkState) -> None:
         self._set_state(LinkState.CONNECTING)
         try:

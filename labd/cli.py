@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -84,6 +85,65 @@ def demo(
     except (LabdError, InstrumentError) as exc:
         raise _fail(str(exc)) from None
     raise typer.Exit(code)
+
+
+@app.command("run")
+def run_daemon(
+    lab: Annotated[str, typer.Argument(help="Lab file path, or a packaged lab name.")],
+    db: Annotated[str, typer.Option(help="Store: a SQLite file path, or a PostgreSQL URL.")]
+    = "labd.sqlite",
+    host: Annotated[str, typer.Option(help="Address the API listens on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="API port.")] = 8470,
+    token: Annotated[str | None, typer.Option(
+        help="Bearer token for changes (default: $LABD_TOKEN, else a token file).")] = None,
+    restore: Annotated[bool, typer.Option(
+        help="On start, put back the intended circuits if a switch differs "
+             "(--no-restore only reports the drift).")] = True,
+) -> None:
+    """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
+    marked `emulate = true` are emulated in this process."""
+    from labd.daemon import Daemon, token_path
+    from labd.emulate import emulated_lab, endpoint_of
+
+    loaded = _load(lab)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        emulated, entries = emulated_lab(loaded)
+        async with emulated:
+            addresses = {e.id: endpoint_of(emulated, e) for e in entries}
+            daemon = Daemon(loaded, db=db, addresses=addresses, host=host, port=port,
+                            token=token, restore=restore)
+            report = await daemon.start()
+            try:
+                console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
+                              f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
+                              f"store {db}")
+                for name, what in report.connected.items():
+                    emulated_note = " (emulated)" if name in addresses else ""
+                    console.print(f"  [green]ok[/]      {name:10} {what}{emulated_note}")
+                for name, why in report.failed.items():
+                    console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
+                for name, drift in report.drift.items():
+                    action = "restored" if name in report.restored else "reported"
+                    console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
+                                  f"missing, {len(drift.unexpected)} unexpected ({action})")
+                where = "--token" if token else ("$LABD_TOKEN" if os.environ.get("LABD_TOKEN")
+                                                 else str(token_path()))
+                console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
+                await stop.wait()
+            finally:
+                await daemon.stop()
+
+    try:
+        run(serve())
+    except OSError as exc:
+        raise _fail(f"cannot start the daemon: {exc}") from None
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
 
 
 @app.command()

@@ -49,3 +49,28 @@ def dark_ingress(lab: Lab, switch: str, ingress_ports: int) -> int | None:
     fed = {n[1] for f in lab.fiber if f.src in lit
            if (n := _node(f.dst)) is not None and n[0] == switch}
     return next((p for p in range(ingress_ports, 0, -1) if p not in fed), None)
+
+
+@dataclass(frozen=True)
+class CircuitRoute:
+    """Light from endpoint ``src`` enters ``switch`` at ``ingress`` and leaves at ``egress``
+    towards endpoint ``dst``."""
+
+    src: str
+    dst: str
+    switch: str
+    ingress: int
+    egress: int
+
+
+def route_circuit(lab: Lab, src: str, dst: str, switches: set[str]) -> CircuitRoute | None:
+    """The one-switch path from ``src`` to ``dst`` the cabling allows, if any."""
+    into = [n for f in lab.fiber if f.src == src
+            if (n := _node(f.dst)) is not None and n[0] in switches]
+    out_of = [n for f in lab.fiber if f.dst == dst
+              if (n := _node(f.src)) is not None and n[0] in switches]
+    for switch, ingress in into:
+        for other, egress in out_of:
+            if other == switch and egress != ingress:
+                return CircuitRoute(src, dst, switch, ingress, egress)
+    return None

@@ -1,0 +1,207 @@
+"""The HTTP API (``/v1``, OpenAPI at ``/openapi.json``) and the WebSocket event stream.
+
+Reads are open; changes need ``Authorization: Bearer <token>``. Errors are JSON with a
+``detail`` that says what was wrong: 404 unknown switch or port, 409 port busy, 422 bad body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from starlette.websockets import WebSocketDisconnect
+
+from instruments.errors import InstrumentError, NotSupported
+from labd import __version__
+from labd.engine import RequestError
+from labd.stats import percentile
+from labd.store.models import Reconfiguration
+from labd.wiring import route_circuit
+
+if TYPE_CHECKING:
+    from labd.daemon import Daemon
+
+PHASES = ("requested", "dispatched", "acknowledged", "light", "done")
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PairsBody(Body):
+    pairs: list[tuple[int, int]] = Field(description="[[a, b], ...] port pairs")
+    verify_light: bool = True
+
+
+class PortsBody(Body):
+    ports: list[int] = Field(min_length=1)
+    verify_light: bool = True
+
+
+class CircuitBody(Body):
+    src: str = Field(alias="from")
+    dst: str = Field(alias="to")
+    verify_light: bool = True
+
+
+def row_dict(row: Reconfiguration) -> dict[str, Any]:
+    return {
+        "id": row.id, "switch": row.switch, "cause": row.cause, "outcome": row.outcome,
+        "error": row.error, "batch_size": row.batch_size,
+        "wall_time": row.wall_time.isoformat(),
+        "phases": {"requested": row.requested_ns, "dispatched": row.dispatched_ns,
+                   "acknowledged": row.acked_ns, "light": row.light_ns, "done": row.done_ns},
+        "connected": [[c.a, c.b] for c in row.changes if c.action == "connect"],
+        "disconnected": [[c.a, c.b] for c in row.changes if c.action == "disconnect"],
+    }
+
+
+def create_app(daemon: Daemon) -> FastAPI:
+    app = FastAPI(title="labd", version=__version__,
+                  description="Control daemon for photonic ML-fabric testbeds")
+    engine = daemon.engine
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        expected = f"Bearer {daemon.token}"
+        if authorization is None or not secrets.compare_digest(authorization, expected):
+            raise HTTPException(401, "a bearer token is required for changes: send "
+                                     "'Authorization: Bearer <token>' (see labd run's report)")
+
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(InstrumentError)
+    async def _instrument_error(request: Request, exc: InstrumentError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=502)
+
+    @app.get("/v1/health")
+    async def health() -> dict[str, Any]:
+        return {"lab": daemon.lab.lab.name, "version": __version__, "seq": daemon.hub.last_seq}
+
+    @app.get("/v1/instruments")
+    async def instruments() -> list[dict[str, Any]]:
+        return daemon.instruments_state()
+
+    @app.get("/v1/switches/{switch}")
+    async def switch_state(switch: str) -> dict[str, Any]:
+        sw = engine.switch(switch)
+        return {"id": switch, "state": sw.state.value,
+                "size": sw.info.size if sw.info else None,
+                "intended": [[a, b] for a, b in sorted(engine.intended[switch].items())],
+                "observed": [[a, b] for a, b in sorted(sw.expected.items())]}
+
+    @app.get("/v1/switches/{switch}/ports")
+    async def ports(switch: str) -> list[dict[str, Any]]:
+        sw = engine.switch(switch)
+        if sw.info is None:
+            raise HTTPException(503, f"{switch} has not been identified yet (offline)")
+        numbers = list(range(1, sw.info.ports + 1))
+        states = await sw.port_states()
+        try:
+            power: dict[int, float] = await sw.port_power(numbers)
+        except NotSupported:
+            power = {}
+        intended = engine.intended[switch]
+        partner = {**intended, **{b: a for a, b in intended.items()}}
+        return [{"port": p, "partner": partner.get(p), "state": states.get(p, "unknown"),
+                 "power_dbm": power.get(p)} for p in numbers]
+
+    @app.post("/v1/switches/{switch}/connections", dependencies=[Depends(authorised)])
+    async def connect(switch: str, body: PairsBody) -> dict[str, Any]:
+        result = await engine.reconfigure(switch, connect=body.pairs,
+                                          verify_light=body.verify_light)
+        return result.as_dict()
+
+    @app.put("/v1/switches/{switch}/connections", dependencies=[Depends(authorised)])
+    async def replace(switch: str, body: PairsBody) -> dict[str, Any]:
+        result = await engine.reconfigure(switch, replace=dict(body.pairs),
+                                          verify_light=body.verify_light)
+        return result.as_dict()
+
+    @app.post("/v1/switches/{switch}/disconnect", dependencies=[Depends(authorised)])
+    async def disconnect(switch: str, body: PortsBody) -> dict[str, Any]:
+        result = await engine.reconfigure(switch, disconnect=body.ports,
+                                          verify_light=body.verify_light)
+        return result.as_dict()
+
+    @app.post("/v1/circuits", dependencies=[Depends(authorised)])
+    async def circuit(body: CircuitBody) -> dict[str, Any]:
+        route = route_circuit(daemon.lab, body.src, body.dst, set(engine.switches))
+        if route is None:
+            raise HTTPException(404, f"no switch path from {body.src!r} to {body.dst!r} in "
+                                     "the lab's cabling")
+        result = await engine.reconfigure(route.switch, connect=[(route.ingress, route.egress)],
+                                          verify_light=body.verify_light)
+        return {"route": {"switch": route.switch, "ingress": route.ingress,
+                          "egress": route.egress}, **result.as_dict()}
+
+    @app.get("/v1/reconfigurations")
+    async def reconfigurations(
+        switch: str | None = None, cause: str | None = None,
+        since_ns: Annotated[int | None, Query(ge=0)] = None,
+        until_ns: Annotated[int | None, Query(ge=0)] = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        def work(session: Any) -> list[dict[str, Any]]:
+            query = select(Reconfiguration).order_by(Reconfiguration.id.desc()).limit(limit)
+            if switch:
+                query = query.where(Reconfiguration.switch == switch)
+            if cause:
+                query = query.where(Reconfiguration.cause == cause)
+            if since_ns is not None:
+                query = query.where(Reconfiguration.requested_ns >= since_ns)
+            if until_ns is not None:
+                query = query.where(Reconfiguration.requested_ns <= until_ns)
+            return [row_dict(r) for r in session.scalars(query)]
+
+        return await daemon.store.read(work)
+
+    @app.get("/v1/reconfigurations/stats")
+    async def stats(switch: str | None = None, cause: str | None = None) -> dict[str, Any]:
+        """Per switch: count and p50/p99 (ms) of each phase's duration."""
+        rows = await reconfigurations(switch=switch, cause=cause, since_ns=None, until_ns=None,
+                                      limit=100_000)
+        out: dict[str, Any] = {}
+        for name in sorted({r["switch"] for r in rows}):
+            mine = [r["phases"] for r in rows if r["switch"] == name]
+            spans = {
+                "queued": [(p["dispatched"] - p["requested"]) for p in mine if p["dispatched"]],
+                "device": [(p["acknowledged"] - p["dispatched"]) for p in mine
+                           if p["acknowledged"] and p["dispatched"]],
+                "light": [(p["light"] - p["dispatched"]) for p in mine
+                          if p["light"] and p["dispatched"]],
+                "total": [(p["done"] - p["requested"]) for p in mine],
+            }
+            out[name] = {"count": len(mine), **{
+                k: {"n": len(v), "p50_ms": percentile(v, 50) / 1e6 if v else None,
+                    "p99_ms": percentile(v, 99) / 1e6 if v else None}
+                for k, v in spans.items()}}
+        return out
+
+    @app.websocket("/v1/events")
+    async def events(socket: WebSocket) -> None:
+        await socket.accept()
+        snapshot, subscription = daemon.hub.subscribe()
+        try:
+            await socket.send_json({"kind": "snapshot", **snapshot})
+            while True:
+                event = await subscription.next()
+                if event is None:  # fell behind: the client resyncs from a new snapshot
+                    await socket.close(code=1013, reason="too slow; reconnect for a snapshot")
+                    return
+                await socket.send_json(event.as_dict())
+        except (WebSocketDisconnect, RuntimeError):
+            pass
+        finally:
+            subscription.close()
+            with contextlib.suppress(Exception):
+                await asyncio.sleep(0)
+
+    return app

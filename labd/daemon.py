@@ -1,0 +1,181 @@
+"""``labd run``: one asyncio process owning every instrument of a lab.
+
+Start-up opens every instrument at once and reports, in one place, each that failed and why
+(those keep reconnecting in the background); it then reads the intended state from the store
+and compares it with what the switches report: ``restore`` puts the intended circuits back,
+``report`` only announces the drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from instruments.events import Drift, InstrumentEvent
+from instruments.instrument import Instrument
+from instruments.meter import PowerMeter
+from instruments.switch import OpticalSwitch
+from labd.drivers import make_driver
+from labd.engine import Engine
+from labd.hub import EventHub
+from labd.labfile import Lab
+from labd.store.store import Store, connection_row
+
+DEFAULT_PORT = 8470
+
+
+@dataclass
+class StartupReport:
+    connected: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    drift: dict[str, Drift] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)
+
+
+def token_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "labd" / "token"
+
+
+def load_or_make_token(explicit: str | None) -> str:
+    """--token, else $LABD_TOKEN, else the token file (made on first use, mode 0600)."""
+    if explicit:
+        return explicit
+    if os.environ.get("LABD_TOKEN"):
+        return os.environ["LABD_TOKEN"]
+    path = token_path()
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+class Daemon:
+    def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
+                 host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
+                 restore: bool = True, light_window_s: float = 0.1) -> None:
+        self.lab = lab
+        self.host, self.port = host, port
+        self.token = load_or_make_token(token)
+        self.restore = restore
+        self.store = Store(db)
+        self.hub = EventHub(self.snapshot)
+        self.drivers: dict[str, Instrument] = {
+            e.id: make_driver(e, (addresses or {}).get(e.id), source=lab.source)
+            for e in lab.instrument}
+        switches = {k: d for k, d in self.drivers.items() if isinstance(d, OpticalSwitch)}
+        meters = {k: d for k, d in self.drivers.items() if isinstance(d, PowerMeter)}
+        self.engine = Engine(lab, switches, meters, self.store, self.hub,
+                             light_window_s=light_window_s)
+        self.url = ""
+        self._server: uvicorn.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+
+    # -- state -----------------------------------------------------------------------------
+    def instruments_state(self) -> list[dict[str, Any]]:
+        out = []
+        for name, driver in self.drivers.items():
+            info = getattr(driver, "info", None)
+            out.append({
+                "id": name, "driver": type(driver).driver,
+                "kind": "switch" if isinstance(driver, OpticalSwitch) else "meter",
+                "state": driver.state.value, "last_error": driver.connection.last_error or None,
+                "identity": None if info is None else {
+                    "vendor": info.vendor, "model": info.model, "serial": info.serial,
+                    "firmware": info.firmware},
+            })
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"instruments": self.instruments_state(),
+                "intended": {k: [[a, b] for a, b in sorted(v.items())]
+                             for k, v in self.engine.intended.items()}}
+
+    def _on_instrument_event(self, event: InstrumentEvent) -> None:
+        data: dict[str, Any] = {"instrument": event.instrument, "kind": event.kind,
+                                "state": event.state.value if event.state else None,
+                                "detail": event.detail}
+        if event.drift is not None:
+            data["drift"] = {"missing": [[a, b] for a, b in event.drift.missing.items()],
+                             "unexpected": [[a, b] for a, b in event.drift.unexpected.items()]}
+        self.hub.publish(f"instrument.{event.kind}", data)
+        self.store.write_nowait(connection_row(event.instrument, event.kind,
+                                               data["state"], event.detail, event.at_ns))
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> StartupReport:
+        await self.store.open()
+        report = StartupReport()
+        for driver in self.drivers.values():
+            driver.add_listener(self._on_instrument_event)
+        errors = await asyncio.gather(*(d.connection.open_or_retry()
+                                        for d in self.drivers.values()))
+        for (name, driver), error in zip(self.drivers.items(), errors, strict=True):
+            if error is None:
+                info = getattr(driver, "info", None)
+                report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
+            else:
+                report.failed[name] = str(error)
+        await self.engine.load_intended()
+        for name, switch in self.engine.switches.items():
+            if name in report.failed:
+                continue
+            drift = Drift.between(self.engine.intended[name], switch.expected)
+            if drift:
+                report.drift[name] = drift
+                self.hub.publish("drift", {"switch": name, "missing": list(drift.missing.items()),
+                                           "unexpected": list(drift.unexpected.items())})
+                if self.restore:
+                    await self.engine.reconfigure(name, replace=self.engine.intended[name],
+                                                  cause="restore", verify_light=False)
+                    report.restored.append(name)
+        await self._serve()
+        return report
+
+    async def _serve(self) -> None:
+        from labd.api import create_app
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        config = uvicorn.Config(create_app(self), log_level="warning", lifespan="off")
+        self._server = _QuietServer(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]),
+                                            name="labd-api")
+        while not self._server.started:
+            if self._serving.done():
+                self._serving.result()
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._serving, 5)
+        for driver in self.drivers.values():
+            await driver.close()
+        await self.store.close()
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handling: the daemon owns signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+    def install_signal_handlers(self) -> None:
+        pass

@@ -1,0 +1,237 @@
+"""The reconfiguration engine: a request for circuits becomes the smallest change per switch,
+run through the switch's driver as one batch, timed phase by phase, verified with light where
+the lab has a meter on the path, recorded, and announced.
+
+Phases (CLOCK_MONOTONIC ns): requested (the request arrived), dispatched (its ports were
+free and the command left), acknowledged (the device said it is done), light verified (the
+meters saw the light arrive or leave), done (all of it, before the record is written).
+The intended state changes only when the device acknowledged: a failed request leaves it as
+it was, and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instruments.errors import InstrumentError, InvalidRequest
+from instruments.light import LightTimeout, LightWatch
+from instruments.meter import PowerMeter
+from instruments.switch import OpticalSwitch, Pair
+from labd.errors import LabdError
+from labd.hub import EventHub
+from labd.labfile import Lab
+from labd.reservations import Reservations
+from labd.store.store import Store, reconfiguration_row, set_intended
+from labd.wiring import MeteredPath, metered_paths
+
+
+class RequestError(LabdError):
+    """A request that cannot be carried out as asked; ``status`` is its HTTP status."""
+
+    status = 422
+
+
+class UnknownSwitch(RequestError):
+    status = 404
+
+
+class UnknownPort(RequestError):
+    status = 404
+
+
+class PortBusy(RequestError):
+    status = 409
+
+
+@dataclass
+class Result:
+    id: int
+    switch: str
+    cause: str
+    outcome: str
+    error: str | None
+    connected: list[Pair]
+    disconnected: list[Pair]
+    phases: dict[str, int | None] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "switch": self.switch, "cause": self.cause,
+                "outcome": self.outcome, "error": self.error,
+                "connected": [list(p) for p in self.connected],
+                "disconnected": [list(p) for p in self.disconnected], "phases": self.phases}
+
+
+class Engine:
+    def __init__(self, lab: Lab, switches: Mapping[str, OpticalSwitch],
+                 meters: Mapping[str, PowerMeter], store: Store, hub: EventHub, *,
+                 light_window_s: float = 0.1, light_resolution_s: float = 1e-4) -> None:
+        self.lab = lab
+        self.switches = dict(switches)
+        self.meters = dict(meters)
+        self.store = store
+        self.hub = hub
+        self.light_window_s = light_window_s
+        self.light_resolution_s = light_resolution_s
+        self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
+        self.reservations = Reservations()
+        self._paths = {name: [p for p in metered_paths(lab, name) if p.meter in self.meters]
+                       for name in self.switches}
+
+    async def load_intended(self) -> None:
+        stored = await self.store.intended()
+        for name in self.switches:
+            self.intended[name] = dict(stored.get(name, {}))
+
+    # -- requests --------------------------------------------------------------------------
+    def switch(self, name: str) -> OpticalSwitch:
+        try:
+            return self.switches[name]
+        except KeyError:
+            raise UnknownSwitch(f"no switch {name!r}; switches: "
+                                f"{', '.join(sorted(self.switches)) or 'none'}") from None
+
+    def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair]) -> list[Pair]:
+        try:
+            return switch.normalise_pairs(list(pairs))
+        except InvalidRequest as exc:
+            cls = UnknownPort if "is not on this" in exc.message else RequestError
+            raise cls(exc.message) from None
+
+    def _port(self, switch: OpticalSwitch, port: int) -> int:
+        try:
+            return switch.check_port(port)
+        except InvalidRequest as exc:
+            raise UnknownPort(exc.message) from None
+
+    def plan(self, name: str, *, connect: Iterable[Pair] = (), disconnect: Iterable[int] = (),
+             replace: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
+        """(pairs to make, pairs to break) against the intended state; raises RequestError
+        subclasses for anything wrong, before anything is touched."""
+        switch = self.switch(name)
+        intended = self.intended[name]
+        partner = {**intended, **{b: a for a, b in intended.items()}}
+        if replace is not None:
+            target = dict(self._pairs(switch, replace.items()))
+            make = sorted((a, b) for a, b in target.items() if intended.get(a) != b)
+            brk = sorted((a, b) for a, b in intended.items() if target.get(a) != b)
+            return make, brk
+        make = []
+        for a, b in self._pairs(switch, connect):
+            if intended.get(a) == b:
+                continue  # already there: nothing to do
+            for port in (a, b):
+                if port in partner:
+                    raise PortBusy(f"{name} port {port} is already in circuit "
+                                   f"{min(port, partner[port])}-{max(port, partner[port])}")
+            make.append((a, b))
+        brk = sorted({(min(p, partner[p]), max(p, partner[p]))
+                      for p in (self._port(switch, q) for q in disconnect) if p in partner})
+        return make, brk
+
+    async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
+                          disconnect: Iterable[int] = (),
+                          replace: Mapping[int, int] | None = None, cause: str = "api",
+                          verify_light: bool = True) -> Result:
+        """Carry out one request on one switch; returns once it is recorded."""
+        requested = time.monotonic_ns()
+        make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+        switch = self.switches[name]
+        keys: set[tuple[str, int]] = {(name, p) for pair in (*make, *brk) for p in pair}
+        watches = self._paths_for(name, make, brk) if verify_light else {}
+        keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
+        phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
+                                         "acknowledged": None, "light": None, "done": None}
+        outcome, error = "ok", None
+        async with self.reservations.hold(keys):
+            # Plan again under the reservation: a request ahead of us may have moved things.
+            make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+            started = await self._start_watches(watches)
+            phases["dispatched"] = time.monotonic_ns()
+            try:
+                if replace is not None:
+                    await switch.replace(replace)
+                else:
+                    if brk:
+                        await switch.disconnect([a for a, _ in brk])
+                    if make:
+                        await switch.connect(make)
+                phases["acknowledged"] = time.monotonic_ns()
+            except InstrumentError as exc:
+                outcome, error = "failed", str(exc)
+            if outcome == "ok" and started:
+                try:
+                    phases["light"] = await self._finish_watches(started)
+                except LightTimeout as exc:
+                    outcome, error = "light-missing", str(exc)
+            else:
+                await self._cancel_watches(started)
+            phases["done"] = time.monotonic_ns()
+            if outcome != "failed":
+                updated = dict(self.intended[name])
+                for a, _ in brk:
+                    updated.pop(a, None)
+                updated.update(make)
+                if replace is not None:
+                    updated = dict(self._pairs(switch, replace.items()))
+                self.intended[name] = updated
+            row = reconfiguration_row(
+                switch=name, cause=cause, outcome=outcome, error=error, connected=make,
+                disconnected=brk, requested_ns=requested, dispatched_ns=phases["dispatched"],
+                acked_ns=phases["acknowledged"], light_ns=phases["light"],
+                done_ns=phases["done"] or time.monotonic_ns())
+            intended = dict(self.intended[name])
+
+            def record(session: Any) -> int:
+                session.add(row)
+                set_intended(session, name, intended)
+                session.flush()
+                return int(row.id)
+
+            row_id = await self.store.run_write(record)
+        result = Result(row_id, name, cause, outcome, error, make, brk, phases)
+        self.hub.publish("reconfiguration", result.as_dict())
+        return result
+
+    async def reconfigure_many(self, requests: Mapping[str, Mapping[int, int]], *,
+                               cause: str = "api") -> list[Result]:
+        """Whole target states for several switches, in parallel."""
+        return list(await asyncio.gather(*(self.reconfigure(name, replace=target, cause=cause)
+                                           for name, target in requests.items())))
+
+    # -- light -----------------------------------------------------------------------------
+    def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]
+                   ) -> dict[tuple[str, int], tuple[MeteredPath, bool]]:
+        """Metered paths the request lights (True) or darkens (False), by meter channel."""
+        found: dict[tuple[str, int], tuple[MeteredPath, bool]] = {}
+        for pairs, present in ((make, True), (brk, False)):
+            for a, b in pairs:
+                for path in self._paths[name]:
+                    if {path.ingress, path.egress} == {a, b}:
+                        found[(path.meter, path.channel)] = (path, present)
+        return found
+
+    async def _start_watches(self, watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
+                             ) -> list[LightWatch]:
+        started = []
+        for (meter, channel), (_, present) in watches.items():
+            try:
+                started.append(await LightWatch.start(
+                    self.meters[meter], [channel], present=present,
+                    threshold_dbm=self.lab.lab.light_threshold_dbm,
+                    window_s=self.light_window_s, resolution_s=self.light_resolution_s))
+            except InstrumentError as exc:
+                self.hub.publish("warning", {"detail": f"light verification on {meter}:"
+                                                       f"{channel} unavailable: {exc}"})
+        return started
+
+    async def _finish_watches(self, watches: list[LightWatch]) -> int:
+        times = [t for w in watches for t in (await w.result()).values()]
+        return max(times)
+
+    async def _cancel_watches(self, watches: list[LightWatch]) -> None:
+        for watch in watches:
+            await watch.cancel()

@@ -1,0 +1,67 @@
+"""The daemon's event stream: every event gets the next sequence number and goes to every
+subscriber (the WebSocket clients, the MQTT bridge). A subscriber that falls behind by more
+than its queue holds is told so and dropped, never allowed to slow the daemon down; it
+resyncs from a fresh snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    kind: str
+    data: dict[str, Any]
+    at_ns: int = field(default_factory=time.monotonic_ns)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "at_ns": self.at_ns, "data": self.data}
+
+
+class Subscription:
+    def __init__(self, hub: EventHub, size: int) -> None:
+        self._hub = hub
+        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=size)
+        self.overflowed = False
+
+    async def next(self) -> Event | None:
+        """The next event; None once the subscription was dropped for falling behind."""
+        return await self.queue.get()
+
+    def close(self) -> None:
+        self._hub._subscribers.discard(self)
+
+
+class EventHub:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]] | None = None) -> None:
+        self._seq = itertools.count(1)
+        self.last_seq = 0
+        self._subscribers: set[Subscription] = set()
+        self.snapshot = snapshot or (lambda: {})
+
+    def publish(self, kind: str, data: dict[str, Any]) -> Event:
+        event = Event(next(self._seq), kind, data)
+        self.last_seq = event.seq
+        for sub in list(self._subscribers):
+            try:
+                sub.queue.put_nowait(event)
+            except asyncio.QueueFull:
+                sub.overflowed = True
+                sub.close()
+                with_room = sub.queue
+                while not with_room.empty():
+                    with_room.get_nowait()
+                with_room.put_nowait(None)
+        return event
+
+    def subscribe(self, size: int = 10_000) -> tuple[dict[str, Any], Subscription]:
+        """A snapshot and the subscription that continues from it (no event lost between)."""
+        sub = Subscription(self, size)
+        self._subscribers.add(sub)
+        return {"seq": self.last_seq, **self.snapshot()}, sub
