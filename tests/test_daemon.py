@@ -1,0 +1,191 @@
+"""The daemon on an emulated lab: API → engine → drivers → emulators, the record in the
+store against the emulators' ground truth, events on the WebSocket, bad input refused."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy
+import websockets
+
+from emulators.lab import EmulatedLab
+from labd.daemon import Daemon
+from labd.emulate import emulated_lab, endpoint_of
+from labd.labfile import Lab, load_lab
+
+LAB = """
+[lab]
+name = "bench"
+
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+switch_time_ms = 8
+jitter_ms = 1
+
+[[instrument]]
+id = "ocs2"
+driver = "calient-tl1"
+emulate = true
+size = "16"
+user = "admin"
+password = "pw"
+[instrument.emulator]
+switch_time_ms = 12
+jitter_ms = 1
+
+[[instrument]]
+id = "pm1"
+driver = "keysight-n77xx"
+emulate = true
+[instrument.emulator]
+options = { noise_db = 0.0 }
+
+[[endpoint]]
+id = "a"
+launch_dbm = 0
+[[endpoint]]
+id = "b"
+
+[[fiber]]
+from = "a"
+to = "ocs1:1"
+[[fiber]]
+from = "ocs1:9"
+to = "b"
+tap = "pm1:1"
+tap_ratio = 0.1
+"""
+TOKEN = "test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Lab:
+    path = tmp_path / "lab.toml"
+    path.write_text(LAB)
+    return load_lab(path)
+
+
+@pytest.fixture
+async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[tuple[Daemon, EmulatedLab]]:
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        daemon = Daemon(lab, db=str(tmp_path / "store.sqlite"), port=0, token=TOKEN,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
+                        light_window_s=0.05)
+        await daemon.start()
+        try:
+            yield daemon, emulated
+        finally:
+            await daemon.stop()
+
+
+async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running: tuple[Daemon, EmulatedLab]) -> None:
+    daemon, emulated = running
+    async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        assert r.status_code == 200, r.text
+        result = r.json()
+        assert result["outcome"] == "ok" and result["connected"] == [[1, 9]]
+        r = await http.post("/v1/switches/ocs1/disconnect", json={"ports": [9]})
+        assert r.json()["disconnected"] == [[1, 9]]
+        for i in range(2, 6):
+            r = await http.post("/v1/switches/ocs2/connections", json={"pairs": [[i, i + 8]]})
+            assert r.json()["outcome"] == "ok"
+        rows = (await http.get("/v1/reconfigurations")).json()
+        stats = (await http.get("/v1/reconfigurations/stats")).json()
+    assert [r["switch"] for r in rows] == ["ocs2"] * 4 + ["ocs1"] * 2
+    truth = {name: emulated.truth(name)["changes"] for name in ("ocs1", "ocs2")}
+    light = emulated.light()
+    for row, change in [(rows[-1], truth["ocs1"][0]), (rows[-2], truth["ocs1"][1]),
+                        *zip(rows[:4][::-1], [c for c in truth["ocs2"]], strict=True)]:
+        p = row["phases"]
+        assert p["requested"] <= p["dispatched"] <= p["acknowledged"] <= p["done"]
+        # The device's truth sits inside what labd recorded.
+        assert p["dispatched"] <= change["arrived_ns"] <= change["settled_ns"]
+        assert change["settled_ns"] <= p["acknowledged"]
+    made = rows[-1]["phases"]
+    (arrived,) = [c for c in light if c["direction"] == "rise"]
+    assert made["light"] is not None and abs(made["light"] - arrived["at_ns"]) < 1_000_000
+    assert stats["ocs1"]["count"] == 2 and stats["ocs2"]["count"] == 4
+    assert stats["ocs2"]["device"]["p50_ms"] >= 11  # the emulated 12 ± 1 ms
+
+
+async def test_events_arrive_on_the_websocket(running: tuple[Daemon, EmulatedLab]) -> None:
+    daemon, _ = running
+    ws_url = daemon.url.replace("http://", "ws://") + "/v1/events"
+    async with websockets.connect(ws_url) as ws:
+        snapshot = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        assert snapshot["kind"] == "snapshot" and {i["id"] for i in snapshot["instruments"]} \
+            == {"ocs1", "ocs2", "pm1"}
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+            await http.post("/v1/switches/ocs2/connections", json={"pairs": [[1, 2]]})
+        while True:
+            event = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            if event["kind"] == "reconfiguration":
+                break
+        assert event["seq"] > snapshot["seq"]
+        assert event["data"]["switch"] == "ocs2" and event["data"]["connected"] == [[1, 2]]
+
+
+async def test_bad_requests_are_refused_and_change_nothing(running: tuple[Daemon, EmulatedLab]) -> None:
+    daemon, emulated = running
+    async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        before = emulated.truth("ocs1")["changes"]
+        cases = [
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 99]]}), 404,
+             "port 99 is not on this 8x8"),
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 9]]}), 409,
+             "port 9 is already in circuit 1-9"),
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 3]]}), 422,
+             "must join an ingress port"),
+            (http.post("/v1/switches/nope/connections", json={"pairs": [[1, 9]]}), 404,
+             "no switch 'nope'"),
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": "1-9"}), 422, "pairs"),
+            (http.post("/v1/switches/ocs1/connections", json={"pair": [[1, 9]]}), 422, "pair"),
+            (http.post("/v1/switches/ocs1/connections", content=b"{not json"), 422, ""),
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]]},
+                       headers={"Authorization": "Bearer wrong"}), 401, "bearer token"),
+            (http.post("/v1/circuits", json={"from": "a", "to": "zzz"}), 404, "no switch path"),
+        ]
+        for call, status, words in cases:
+            r = await call
+            assert r.status_code == status, (r.status_code, r.text)
+            assert words in r.text
+        rows = (await http.get("/v1/reconfigurations")).json()
+    assert len(rows) == 1  # only the first, good request
+    assert emulated.truth("ocs1")["changes"] == before
+    assert daemon.engine.intended["ocs1"] == {1: 9}
+
+
+async def test_restart_restores_the_intended_state(lab: Lab, tmp_path: Path) -> None:
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        addresses = {e.id: endpoint_of(emulated, e) for e in entries}
+        db = str(tmp_path / "store.sqlite")
+        daemon = Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses)
+        await daemon.start()
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+            await http.post("/v1/switches/ocs1/connections",
+                            json={"pairs": [[2, 10], [3, 11]], "verify_light": False})
+        await daemon.stop()
+        emulated.reset("ocs1")  # the switch lost its circuits while labd was down
+        again = Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses)
+        report = await again.start()
+        try:
+            assert report.drift["ocs1"].missing == {2: 10, 3: 11}
+            assert report.restored == ["ocs1"]
+            assert emulated.device("ocs1").model.connections == {2: 10, 3: 11}  # type: ignore[attr-defined]
+            rows = await again.store.read(lambda s: s.execute(
+                sqlalchemy.text("select cause from reconfigurations")).all())
+            assert [r[0] for r in rows] == ["api", "restore"]
+        finally:
+            await again.stop()

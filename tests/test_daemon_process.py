@@ -1,0 +1,119 @@
+"""The daemon as a real process: killed with SIGKILL in the middle of a stream of
+reconfigurations, then restarted; nothing acknowledged is lost and the intended state comes
+back. The emulators run in their own process (labd emulate), as in hardware-in-the-loop CI."""
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+import sqlalchemy
+
+LAB = """
+[lab]
+name = "killme"
+
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "16x16"
+[instrument.emulator]
+switch_time_ms = 3
+jitter_ms = 0.5
+"""
+TOKEN = "kill-test"
+
+
+async def start(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+
+
+async def wait_http(url: str) -> None:
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            try:
+                if (await http.get(url + "/v1/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.05)  # polling a starting process: there is no event to wait on
+    raise AssertionError(f"{url} never came up")
+
+
+async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> None:
+    lab_file = tmp_path / "lab.toml"
+    lab_file.write_text(LAB)
+    resolved = tmp_path / "resolved.toml"
+    emulator = await start("emulate", str(lab_file), "--resolved", str(resolved))
+    assert emulator.stdout is not None
+    while True:
+        line = json.loads(await asyncio.wait_for(emulator.stdout.readline(), 30))
+        if line.get("ready"):
+            control = line["control"]
+            break
+    db = tmp_path / "store.sqlite"
+    with socket.socket() as probe:  # a free port for the daemon (and its restart)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    args = ("run", str(resolved), "--db", str(db), "--port", str(port), "--token", TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    daemon = await start(*args)
+    acknowledged: list[int] = []
+    try:
+        await wait_http(url)
+        async with httpx.AsyncClient(base_url=url, headers=auth) as http:
+            async def stream() -> None:
+                for i in range(200):
+                    a, b = i % 16 + 1, (i * 7) % 16 + 17
+                    try:
+                        r = await http.put("/v1/switches/ocs1/connections",
+                                           json={"pairs": [[a, b]], "verify_light": False})
+                    except httpx.TransportError:
+                        return
+                    assert r.status_code == 200, r.text
+                    acknowledged.append(i)
+
+            streaming = asyncio.create_task(stream())
+            while len(acknowledged) < 20:
+                await asyncio.sleep(0.01)  # let the stream run a while before the kill
+            daemon.send_signal(signal.SIGKILL)
+            await daemon.wait()
+            await streaming
+        assert 20 <= len(acknowledged) < 200
+        engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+        with engine.connect() as connection:
+            rows = connection.execute(sqlalchemy.text(
+                "select count(*) from reconfigurations")).scalar_one()
+            intended = dict(connection.execute(sqlalchemy.text(
+                "select a, b from intended_pairs where switch = 'ocs1'")).all())
+        engine.dispose()
+        # Every acknowledged request is there (one more may have committed unanswered).
+        assert len(acknowledged) <= rows <= len(acknowledged) + 1
+        assert len(intended) == 1
+        async with httpx.AsyncClient() as http:
+            # The switch loses its circuits while the daemon is down ...
+            await http.post(f"{control}/v1/emulators/ocs1/reset")
+            restarted = await start(*args)
+            try:
+                await wait_http(url)
+                state = (await http.get(f"{url}/v1/switches/ocs1")).json()
+                truth = (await http.get(f"{control}/v1/emulators/ocs1/truth")).json()
+            finally:
+                restarted.send_signal(signal.SIGINT)
+                await asyncio.wait_for(restarted.wait(), 15)
+        # ... and the restart puts them back.
+        assert state["intended"] == [[a, b] for a, b in sorted(intended.items())]
+        assert truth["state"]["connections"] == state["intended"]
+    finally:
+        if daemon.returncode is None:
+            daemon.kill()
+            await daemon.wait()
+        emulator.send_signal(signal.SIGINT)
+        await asyncio.wait_for(emulator.wait(), 15)
