@@ -63,6 +63,7 @@ tap = "pm1:1"
 tap_ratio = 0.1
 """
 TOKEN = "test-token"
+Running = tuple[Daemon, EmulatedLab]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -74,7 +75,7 @@ def lab(tmp_path: Path) -> Lab:
 
 
 @pytest.fixture
-async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[tuple[Daemon, EmulatedLab]]:
+async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
     emulated, entries = emulated_lab(lab)
     async with emulated:
         daemon = Daemon(lab, db=str(tmp_path / "store.sqlite"), port=0, token=TOKEN,
@@ -87,7 +88,7 @@ async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[tuple[Daemon, Emula
             await daemon.stop()
 
 
-async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running: tuple[Daemon, EmulatedLab]) -> None:
+async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running: Running) -> None:
     daemon, emulated = running
     async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
         r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
@@ -118,7 +119,7 @@ async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running:
     assert stats["ocs2"]["device"]["p50_ms"] >= 11  # the emulated 12 ± 1 ms
 
 
-async def test_events_arrive_on_the_websocket(running: tuple[Daemon, EmulatedLab]) -> None:
+async def test_events_arrive_on_the_websocket(running: Running) -> None:
     daemon, _ = running
     ws_url = daemon.url.replace("http://", "ws://") + "/v1/events"
     async with websockets.connect(ws_url) as ws:
@@ -135,7 +136,7 @@ async def test_events_arrive_on_the_websocket(running: tuple[Daemon, EmulatedLab
         assert event["data"]["switch"] == "ocs2" and event["data"]["connected"] == [[1, 2]]
 
 
-async def test_bad_requests_are_refused_and_change_nothing(running: tuple[Daemon, EmulatedLab]) -> None:
+async def test_bad_requests_are_refused_and_change_nothing(running: Running) -> None:
     daemon, emulated = running
     async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
         await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})

@@ -66,6 +66,7 @@ async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     daemon = await start(*args)
     acknowledged: list[int] = []
+    twenty_done = asyncio.Event()
     try:
         await wait_http(url)
         async with httpx.AsyncClient(base_url=url, headers=auth) as http:
@@ -79,10 +80,11 @@ async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> 
                         return
                     assert r.status_code == 200, r.text
                     acknowledged.append(i)
+                    if len(acknowledged) == 20:
+                        twenty_done.set()
 
             streaming = asyncio.create_task(stream())
-            while len(acknowledged) < 20:
-                await asyncio.sleep(0.01)  # let the stream run a while before the kill
+            await asyncio.wait_for(twenty_done.wait(), 60)  # kill it well into the stream
             daemon.send_signal(signal.SIGKILL)
             await daemon.wait()
             await streaming
