@@ -99,6 +99,8 @@ def run_daemon(
     restore: Annotated[bool, typer.Option(
         help="On start, put back the intended circuits if a switch differs "
              "(--no-restore only reports the drift).")] = True,
+    mqtt: Annotated[str | None, typer.Option(
+        help="MQTT broker, mqtt://HOST[:PORT]; events and commands go through it.")] = None,
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
@@ -116,7 +118,7 @@ def run_daemon(
         async with emulated:
             addresses = {e.id: endpoint_of(emulated, e) for e in entries}
             daemon = Daemon(loaded, db=db, addresses=addresses, host=host, port=port,
-                            token=token, restore=restore)
+                            token=token, restore=restore, mqtt=mqtt)
             report = await daemon.start()
             try:
                 console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "

@@ -64,7 +64,8 @@ def load_or_make_token(explicit: str | None) -> str:
 class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
-                 restore: bool = True, light_window_s: float = 0.1) -> None:
+                 restore: bool = True, light_window_s: float = 0.1,
+                 mqtt: str | None = None) -> None:
         self.lab = lab
         self.host, self.port = host, port
         self.token = load_or_make_token(token)
@@ -79,6 +80,11 @@ class Daemon:
         self.engine = Engine(lab, switches, meters, self.store, self.hub,
                              light_window_s=light_window_s)
         self.url = ""
+        self.bus = None
+        if mqtt:
+            from labd.bus import MqttBridge
+
+            self.bus = MqttBridge(self, mqtt)
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
 
@@ -141,6 +147,8 @@ class Daemon:
                                                   cause="restore", verify_light=False)
                     report.restored.append(name)
         await self._serve()
+        if self.bus is not None:
+            self.bus.start()
         return report
 
     async def _serve(self) -> None:
@@ -161,6 +169,8 @@ class Daemon:
             await asyncio.sleep(0.005)
 
     async def stop(self) -> None:
+        if self.bus is not None:
+            await self.bus.stop()
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):

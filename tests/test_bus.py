@@ -1,0 +1,107 @@
+"""MQTT against the real Mosquitto on 127.0.0.1:1883: events, retained state, liveness,
+commands, and bad command payloads."""
+
+import asyncio
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import aiomqtt
+import httpx
+import pytest
+
+from labd.daemon import Daemon
+from labd.emulate import emulated_lab, endpoint_of
+from labd.labfile import load_lab
+
+BROKER = ("127.0.0.1", 1883)
+TOKEN = "bus-token"
+
+
+def require_broker() -> None:
+    try:
+        socket.create_connection(BROKER, timeout=2).close()
+    except OSError:
+        pytest.fail("these tests need an MQTT broker on 127.0.0.1:1883 (Mosquitto; .ci/run "
+                    "starts one): none is listening")
+
+
+async def next_message(messages: aiomqtt.MessagesIterator, topic: str) -> aiomqtt.Message:
+    async with asyncio.timeout(10):
+        async for message in messages:
+            if message.topic.matches(topic):
+                return message
+    raise AssertionError("unreachable")
+
+
+async def test_events_state_liveness_and_commands(tmp_path: Path) -> None:
+    require_broker()
+    name = f"bus{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "lab.toml"
+    path.write_text(f"""
+[lab]
+name = "{name}"
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+technology = "ideal"
+""")
+    lab = load_lab(path)
+    prefix = f"labd/{name}"
+    emulated, entries = emulated_lab(lab)
+    async with emulated, aiomqtt.Client(*BROKER) as watcher:
+        await watcher.subscribe(f"{prefix}/#")
+        messages = watcher.messages
+        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
+                        mqtt="mqtt://127.0.0.1:1883")
+        await daemon.start()
+        try:
+            assert (await next_message(messages, f"{prefix}/daemon")).payload == b"online"
+            assert daemon.bus is not None
+            await asyncio.wait_for(daemon.bus.connected.wait(), 10)
+            async with httpx.AsyncClient(base_url=daemon.url,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+            event = json.loads((await next_message(
+                messages, f"{prefix}/events/reconfiguration")).payload)
+            assert event["data"]["connected"] == [[1, 9]]
+            state = json.loads((await next_message(
+                messages, f"{prefix}/state/switches/ocs1")).payload)
+            assert state == {"intended": [[1, 9]]}
+
+            async def command(payload: bytes) -> dict:
+                await watcher.publish(f"{prefix}/command/ocs1", payload)
+                return json.loads((await next_message(
+                    messages, f"{prefix}/command/ocs1/result")).payload)
+
+            bad = [
+                (b"{not json", "payload is not JSON"),
+                (json.dumps({"connect": [[2, 10]]}).encode(), "token: Field required"),
+                (json.dumps({"token": "nope", "connect": [[2, 10]]}).encode(), "wrong token"),
+                (json.dumps({"token": TOKEN, "connect": "2-10"}).encode(), "connect"),
+                (json.dumps({"token": TOKEN}).encode(), "exactly one of"),
+                (json.dumps({"token": TOKEN, "connect": [[2, 99]]}).encode(),
+                 "port 99 is not on this 8x8"),
+                (json.dumps({"token": TOKEN, "connect": [[2, 9]]}).encode(),
+                 "port 9 is already in circuit"),
+            ]
+            for payload, words in bad:
+                reply = await command(payload)
+                assert words in reply["error"], (payload, reply)
+            assert daemon.engine.intended["ocs1"] == {1: 9}  # nothing changed
+            reply = await command(json.dumps({"token": TOKEN, "id": 7,
+                                              "connect": [[2, 10]]}).encode())
+            assert reply["request_id"] == 7 and reply["outcome"] == "ok"
+            assert emulated.device("ocs1").model.connections == {1: 9, 2: 10}  # type: ignore[attr-defined]
+        finally:
+            await daemon.stop()
+        assert (await next_message(messages, f"{prefix}/daemon")).payload == b"offline"
+        # Leave no retained messages behind on the shared broker.
+        for topic in (f"{prefix}/daemon", f"{prefix}/state/switches/ocs1",
+                      f"{prefix}/state/instruments/ocs1"):
+            await watcher.publish(topic, b"", retain=True)
