@@ -77,8 +77,8 @@ def create_app(lab: EmulatedLab) -> FastAPI:
 
     @app.get("/v1/emulators/{emulator_id}/truth")
     async def truth(emulator_id: str, since: int = Query(0, ge=0),
-                    light_since: int = Query(0, ge=0)) -> dict[str, Any]:
-        return lab.truth(emulator_id, since, light_since)
+                    light_since: int = Query(0, ge=0), light: bool = True) -> dict[str, Any]:
+        return lab.truth(emulator_id, since, light_since, light=light)
 
     @app.get("/v1/light")
     async def light(since: int = Query(0, ge=0)) -> list[dict[str, Any]]:

@@ -69,17 +69,25 @@ def demo(
     light_events: Annotated[int, typer.Option(min=0, max=10000,
                                               help="Light-verification events per switch "
                                                    "(0 skips them).")] = 20,
-    serve: Annotated[bool, typer.Option("--serve", help="Keep the lab running afterwards.")]
+    serve: Annotated[bool, typer.Option("--serve", help="Keep the lab and the daemon "
+                                                        "running afterwards (for labd tui).")]
     = False,
+    db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL); "
+                                                "default a temporary file.")] = None,
+    mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT].")] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535,
+                                      help="API port with --serve.")] = 8470,
 ) -> None:
-    """Run the packaged demo lab in emulation: reconfigure every switch, print a latency
-    report set against the emulators' ground truth, run a fault drill, exit 0."""
+    """Run the packaged demo lab in emulation with the daemon on it: reconfigure every
+    switch through the daemon, print a report of every phase set against the emulators'
+    ground truth, verify light, run a fault drill, exit 0."""
     from labd.demo import run_demo
 
     loaded = _load(lab)
     try:
         code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
-                            seed=seed, light_events=light_events))
+                            seed=seed, light_events=light_events, db=db, mqtt=mqtt,
+                            port=port))
     except KeyboardInterrupt:
         code = 0
     except (LabdError, InstrumentError) as exc:

@@ -1,31 +1,36 @@
-"""``labd demo``: the packaged demo lab in emulation, driven through labd's drivers.
+"""``labd demo``: the packaged demo lab in emulation, with the daemon on it.
 
-Each switch (the OCSs and the MZI mesh) gets a series of reconfigurations (batches of 1, 2,
-4 and 8 pairs, made and broken); every one is timed and set beside the emulator's ground
-truth, so the report shows what the device took and what labd added. Light verification
-then moves light onto and off a metered path of each switch and compares when the meters
-saw it with when the optical model says it happened. A fault drill cuts a link
-mid-command and shows the driver reconnect, resynchronise and report the drift.
+The emulators run in their own process (``labd emulate``), as in hardware-in-the-loop CI,
+and the daemon in this one (its store in a temporary file unless ``--db`` says where). Each
+switch (the OCSs and the MZI mesh) gets a series of reconfigurations through the daemon's
+engine (batches of 1, 2, 4 and 8 pairs, made and broken); every phase is timed and the
+device's part set beside the emulator's ground truth, so the report shows what the device
+took and what labd added. Light verification then moves light onto and off a metered path
+of each switch and compares when the meters saw it with when the optical model says it
+happened. A fault drill cuts a link mid-command and shows the driver reconnect,
+resynchronise and report the drift.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from emulators.lab import EmulatedLab
 from instruments.errors import InstrumentError
 from instruments.events import EventQueue
 from instruments.meter import MeterInfo, PowerMeter
 from instruments.switch import OpticalSwitch, SwitchInfo
-from labd.drivers import make_driver
-from labd.emulate import emulated_lab, endpoint_of
+from labd.backdoor import Backdoor, spawn_emulators
+from labd.daemon import Daemon, StartupReport
+from labd.engine import Result
 from labd.labfile import Lab
 from labd.stats import percentile
 from labd.verify import light_drill
@@ -38,9 +43,13 @@ BATCHES = (1, 2, 4, 8)
 class SwitchRun:
     switch: str
     driver: str
-    ack_ms: list[float] = field(default_factory=list)
     device_ms: list[float] = field(default_factory=list)
+    """acknowledged - dispatched, as labd measured it"""
+    true_ms: list[float] = field(default_factory=list)
+    """the emulator's own settling time for the same changes"""
     overhead_ms: list[float] = field(default_factory=list)
+    light_ms: list[float] = field(default_factory=list)
+    total_ms: list[float] = field(default_factory=list)
 
 
 def _pairs(switch: OpticalSwitch, k: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -54,81 +63,109 @@ def _pairs(switch: OpticalSwitch, k: int, rng: random.Random) -> list[tuple[int,
     return [(ports[2 * i], ports[2 * i + 1]) for i in range(k)]
 
 
-async def _exercise(switch: OpticalSwitch, emulated: EmulatedLab, rounds: int,
+async def _exercise(daemon: Daemon, name: str, backdoor: Backdoor, rounds: int,
                     rng: random.Random, progress: Progress, task: TaskID) -> SwitchRun:
-    run = SwitchRun(switch.name, type(switch).driver)
-    sent: list[tuple[int, int]] = []
-    await switch.replace({})
+    """Make and break batches through the daemon's engine, as any client's request would."""
+    engine = daemon.engine
+    switch = engine.switches[name]
+    run = SwitchRun(name, type(switch).driver)
+    await engine.reconfigure(name, replace={}, cause="measurement", verify_light=False)
+    results: list[Result] = []
     for i in range(rounds):
         pairs = _pairs(switch, BATCHES[i % len(BATCHES)], rng)
-        for op in ("connect", "disconnect"):
-            start = time.monotonic_ns()
-            if op == "connect":
-                await switch.connect(pairs)
-            else:
-                await switch.disconnect([a for a, _ in pairs])
-            sent.append((start, time.monotonic_ns()))
-            progress.advance(task)
-    changes = emulated.truth(switch.name, light=False)["changes"]
-    for start, end in sent:
-        # The physical changes this operation caused: those that arrived while it ran (a
-        # mesh makes one per driver-board command; retiring a mesh circuit makes none).
-        mine = [c for c in changes if start <= c["arrived_ns"] <= end]
+        results.append(await engine.reconfigure(name, connect=pairs, cause="measurement"))
+        progress.advance(task)
+        results.append(await engine.reconfigure(name, disconnect=[a for a, _ in pairs],
+                                                cause="measurement"))
+        progress.advance(task)
+    changes = (await backdoor.truth(name))["changes"]
+    for result in results:
+        p = result.phases
+        requested, dispatched, acked, done = (p["requested"], p["dispatched"],
+                                              p["acknowledged"], p["done"])
+        if requested is None or dispatched is None or acked is None or done is None:
+            continue
+        run.total_ms.append((done - requested) / 1e6)
+        if p["light"] is not None:
+            run.light_ms.append((p["light"] - dispatched) / 1e6)
+        # The physical changes of this request: those that arrived while it was on the wire
+        # (a mesh makes one per driver-board command; retiring a mesh circuit makes none).
+        mine = [c for c in changes if dispatched <= c["arrived_ns"] <= acked]
         if not mine:
             continue
-        device = (max(c["settled_ns"] for c in mine) - min(c["arrived_ns"] for c in mine)) / 1e6
-        run.ack_ms.append((end - start) / 1e6)
+        device = (acked - dispatched) / 1e6
+        true = (max(c["settled_ns"] for c in mine) - min(c["arrived_ns"] for c in mine)) / 1e6
         run.device_ms.append(device)
-        run.overhead_ms.append((end - start) / 1e6 - device)
+        run.true_ms.append(true)
+        run.overhead_ms.append(device - true)
     return run
 
 
 async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
-                   seed: int | None = None, light_events: int = 20) -> int:
-    emulated, entries = emulated_lab(lab)
+                   seed: int | None = None, light_events: int = 20, db: str | None = None,
+                   mqtt: str | None = None, port: int = 0) -> int:
     rng = random.Random(seed)
-    async with emulated:
-        console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation, "
-                      f"control endpoint {emulated.control_url}")
-        drivers = [make_driver(e, endpoint_of(emulated, e), source=lab.source)
-                   for e in entries]
-        switches = [d for d in drivers if isinstance(d, OpticalSwitch)]
-        meters = {d.name: d for d in drivers if isinstance(d, PowerMeter)}
-        found = Table(box=None, show_header=False, pad_edge=False)
-        try:
-            for driver in drivers:
-                await driver.open()
-                info: SwitchInfo | MeterInfo | None = getattr(driver, "info", None)
-                assert info is not None
-                size = info.size if isinstance(info, SwitchInfo) else f"{info.channels} ch"
-                found.add_row(driver.name, type(driver).driver, f"{info.vendor} {info.model}",
-                              size, str(driver.connection.link.address))
-            console.print(found)
-            with Progress(console=console, transient=True) as progress:
-                tasks = [progress.add_task(f"reconfiguring {sw.name}", total=2 * rounds)
-                         for sw in switches]
-                runs = await asyncio.gather(*(
-                    _exercise(sw, emulated, rounds, random.Random(rng.random()), progress, task)
-                    for sw, task in zip(switches, tasks, strict=True)))
-            console.print(_report(runs))
-            if light_events and meters:
-                await _light(lab, switches, meters, emulated, light_events, console)
-            await _fault_drill(switches[0], emulated, console)
-            if serve:
-                console.print("\nServing the demo lab; endpoints:")
-                for e in entries:
-                    console.print(f"  {e.id}: {endpoint_of(emulated, e)}")
-                console.print(f"  control: {emulated.control_url}")
-                console.print("Press Ctrl-C to stop.")
-                await asyncio.Event().wait()
-        finally:
-            for driver in drivers:
-                await driver.close()
+    emulators = await spawn_emulators(lab.source)
+    backdoor = Backdoor(emulators.control)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            store = db or str(Path(scratch) / "demo.sqlite")
+            console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation "
+                          f"(control endpoint {emulators.control})")
+            daemon = Daemon(lab, db=store, port=port if serve else 0,
+                            addresses=emulators.endpoints, mqtt=mqtt, restore=True)
+            report = await daemon.start()
+            try:
+                await _main_job(daemon, report, backdoor, rounds, rng, light_events, console,
+                                store)
+                if serve:
+                    console.print(f"\nServing: API {daemon.url}/v1 (labd tui {daemon.url}); "
+                                  f"emulators' control endpoint {emulators.control}.")
+                    console.print("Press Ctrl-C to stop.")
+                    await asyncio.Event().wait()
+            finally:
+                await daemon.stop()
+    finally:
+        await backdoor.close()
+        await emulators.stop()
     return 0
 
 
+async def _main_job(daemon: Daemon, report: StartupReport, backdoor: Backdoor,
+                    rounds: int, rng: random.Random, light_events: int, console: Console,
+                    store: str) -> None:
+    found = Table(box=None, show_header=False, pad_edge=False)
+    for name, driver in daemon.drivers.items():
+        info: SwitchInfo | MeterInfo | None = getattr(driver, "info", None)
+        if info is None:
+            found.add_row(name, type(driver).driver, f"[red]{report.failed.get(name)}[/]")
+            continue
+        size = info.size if isinstance(info, SwitchInfo) else f"{info.channels} ch"
+        found.add_row(name, type(driver).driver, f"{info.vendor} {info.model}", size,
+                      str(driver.connection.link.address))
+    console.print(found)
+    console.print(f"daemon: API {daemon.url}/v1, store {store}")
+    switches = sorted(daemon.engine.switches)
+    with Progress(console=console, transient=True) as progress:
+        tasks = [progress.add_task(f"reconfiguring {name}", total=2 * rounds)
+                 for name in switches]
+        runs = await asyncio.gather(*(
+            _exercise(daemon, name, backdoor, rounds, random.Random(rng.random()), progress,
+                      task)
+            for name, task in zip(switches, tasks, strict=True)))
+    console.print(_report(runs))
+    meters = daemon.engine.meters
+    switch_drivers = [daemon.engine.switches[name] for name in switches]
+    if light_events and meters:
+        await _light(daemon.lab, switch_drivers, meters, backdoor, light_events, console)
+    # The drill cuts a network link: take a switch on TCP (a mesh's board is on a serial line).
+    on_tcp = [s for s in switch_drivers if s.connection.link.address.scheme == "tcp"]
+    if on_tcp:
+        await _fault_drill(on_tcp[0], backdoor, console)
+
+
 async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, PowerMeter],
-                 emulated: EmulatedLab, events: int, console: Console) -> None:
+                 backdoor: Backdoor, events: int, console: Console) -> None:
     """Verify light on one metered path per switch; compare with the optical model."""
     table = Table(title=f"Light verification: detected - true threshold crossing "
                         f"({lab.lab.light_threshold_dbm:g} dBm), µs")
@@ -150,7 +187,7 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
                 progress.advance(task)
 
             errors = await light_drill(
-                switch, meter, path, emulated, events,
+                switch, meter, path, backdoor, events,
                 threshold_dbm=lab.lab.light_threshold_dbm,
                 window_s=0.02 if mesh else 0.15, resolution_s=resolution,
                 dark_ingress=dark_ingress(lab, switch.name, switch.info.ingress) if mesh
@@ -165,24 +202,32 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
 
 
 def _report(runs: list[SwitchRun]) -> Table:
-    table = Table(title="Reconfiguration latency, ms (ack: labd saw the device complete; "
-                        "device: emulator's true settling; labd: the difference)")
-    for column in ("switch", "n", "ack p50", "ack p99", "device p50", "device p99",
-                   "labd p50", "labd p99"):
+    table = Table(title="Reconfiguration phases through the daemon, ms (device: dispatched to "
+                        "acknowledged; true: the emulator's settling; labd: the difference; "
+                        "light: dispatched to light verified; total: requested to done)")
+    for column in ("switch", "n", "device p50", "device p99", "true p50", "labd p50",
+                   "labd p99", "light p50 (n)", "total p50", "total p99"):
         table.add_column(column, justify="left" if column == "switch" else "right")
     for run in runs:
-        table.add_row(run.switch, str(len(run.ack_ms)),
-                      *(f"{percentile(v, q):.2f}" for v in (run.ack_ms, run.device_ms,
-                                                            run.overhead_ms) for q in (50, 99)))
+        light = (f"{percentile(run.light_ms, 50):.2f} ({len(run.light_ms)})" if run.light_ms
+                 else "-")
+        table.add_row(run.switch, str(len(run.total_ms)),
+                      f"{percentile(run.device_ms, 50):.2f}",
+                      f"{percentile(run.device_ms, 99):.2f}",
+                      f"{percentile(run.true_ms, 50):.2f}",
+                      f"{percentile(run.overhead_ms, 50):.2f}",
+                      f"{percentile(run.overhead_ms, 99):.2f}", light,
+                      f"{percentile(run.total_ms, 50):.2f}",
+                      f"{percentile(run.total_ms, 99):.2f}")
     return table
 
 
-async def _fault_drill(switch: OpticalSwitch, emulated: EmulatedLab, console: Console) -> None:
+async def _fault_drill(switch: OpticalSwitch, backdoor: Backdoor, console: Console) -> None:
     """Cut the link while a connect is on the wire; show the reconnect and the drift."""
     console.print(f"\n[bold]Fault drill[/] on {switch.name}: the link is cut mid-command "
                   "(the switch carries the command out, the reply never comes)")
     events = EventQueue(switch)
-    emulated.inject(switch.name, {"kind": "drop", "apply": True})
+    await backdoor.inject(switch.name, {"kind": "drop", "apply": True})
     pair = _pairs(switch, 1, random.Random(7))
     start = time.monotonic_ns()
     try:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from emulators.lab import EmulatedLab
 from instruments.light import LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
+from labd.backdoor import Backdoor
 from labd.wiring import MeteredPath
 
 
 async def light_drill(switch: OpticalSwitch, meter: PowerMeter, path: MeteredPath,
-                      emulated: EmulatedLab, events: int, *, threshold_dbm: float,
+                      backdoor: Backdoor, events: int, *, threshold_dbm: float,
                       window_s: float, resolution_s: float, dark_ingress: int | None = None,
                       progress: Callable[[], None] | None = None) -> list[float]:
     """Detection error (µs, detected - true) of ``events`` light arrivals and departures.
@@ -26,7 +26,7 @@ async def light_drill(switch: OpticalSwitch, meter: PowerMeter, path: MeteredPat
     await switch.replace(dark)
     for i in range(events):
         arriving = i % 2 == 0
-        seen = emulated.light()
+        seen = await backdoor.light()
         last = seen[-1]["seq"] if seen else 0
         watch = await LightWatch.start(meter, [path.channel], present=arriving,
                                        threshold_dbm=threshold_dbm, window_s=window_s,
@@ -38,7 +38,7 @@ async def light_drill(switch: OpticalSwitch, meter: PowerMeter, path: MeteredPat
         else:
             await switch.disconnect([path.ingress])
         detected = (await watch.result())[path.channel]
-        truth = [c for c in emulated.light(last) if c["node"] == node]
+        truth = [c for c in await backdoor.light(last) if c["node"] == node]
         if truth:
             errors.append((detected - truth[0]["at_ns"]) / 1e3)
         if progress is not None:
