@@ -90,7 +90,8 @@ async def test_demo_runs_and_exits_zero() -> None:
     assert code == 0, err
     for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out
-    assert "ack p50" in out and "Fault drill" in out and "resynchronised" in out
+    assert "device p50" in out and "Fault drill" in out and "resynchronised" in out
+    assert "daemon: API http://127.0.0.1:" in out
     assert "Light verification" in out and "logging 10 µs" in out
 
 
