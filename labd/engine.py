@@ -25,7 +25,7 @@ from labd.errors import LabdError
 from labd.hub import EventHub
 from labd.labfile import Lab
 from labd.reservations import Reservations
-from labd.store.store import Store, reconfiguration_row, set_intended
+from labd.store.store import ReconfigurationRecord, Store
 from labd.wiring import MeteredPath, metered_paths
 
 
@@ -178,20 +178,13 @@ class Engine:
                 if replace is not None:
                     updated = dict(self._pairs(switch, replace.items()))
                 self.intended[name] = updated
-            row = reconfiguration_row(
+            row_id = await self.store.record(ReconfigurationRecord(
                 switch=name, cause=cause, outcome=outcome, error=error, connected=make,
                 disconnected=brk, requested_ns=requested, dispatched_ns=phases["dispatched"],
                 acked_ns=phases["acknowledged"], light_ns=phases["light"],
-                done_ns=phases["done"] or time.monotonic_ns())
-            intended = dict(self.intended[name])
-
-            def record(session: Any) -> int:
-                session.add(row)
-                set_intended(session, name, intended)
-                session.flush()
-                return int(row.id)
-
-            row_id = await self.store.run_write(record)
+                done_ns=phases["done"] or time.monotonic_ns(),
+                intended=dict(self.intended[name]) if replace is not None else None,
+                update_intended=outcome != "failed"))
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result

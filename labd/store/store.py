@@ -15,13 +15,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy import create_engine, delete, event, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -32,6 +33,34 @@ from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfi
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 BATCH = 5000
+
+
+@dataclass
+class ReconfigurationRecord:
+    """One reconfiguration, as the engine hands it to the store, with what it did to the
+    switch's intended circuits (in the same transaction): ``intended`` replaces them all;
+    otherwise the ``connected`` pairs are added and the ``disconnected`` ones removed when
+    ``update_intended`` is set (a failed request changes nothing)."""
+
+    switch: str
+    cause: str
+    outcome: str
+    error: str | None
+    connected: Sequence[tuple[int, int]]
+    disconnected: Sequence[tuple[int, int]]
+    requested_ns: int
+    dispatched_ns: int | None
+    acked_ns: int | None
+    light_ns: int | None
+    done_ns: int
+    intended: dict[int, int] | None = None
+    update_intended: bool = False
+    wall_time: datetime | None = None
+    """Wall-clock time of the request; worked out from ``requested_ns`` when left out."""
+
+    def __post_init__(self) -> None:
+        if self.wall_time is None:
+            self.wall_time = datetime.now(UTC) - _since(self.requested_ns)
 
 
 class StoreError(LabdError):
@@ -53,8 +82,7 @@ class Store:
         self.url = normalise_url(url)
         self.engine: Engine | None = None
         self._sessions: sessionmaker[Session] | None = None
-        self._queue: queue.Queue[tuple[list[Any] | Callable[[Session], Any] | None,
-                                       asyncio.Future[Any] | None,
+        self._queue: queue.Queue[tuple[Any, asyncio.Future[Any] | None,
                                        asyncio.AbstractEventLoop | None]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.committed = 0
@@ -106,6 +134,12 @@ class Store:
         """Add ORM objects; returns once they are committed."""
         await self._submit(list(records))
 
+    async def record(self, record: ReconfigurationRecord) -> int:
+        """Write a reconfiguration (and its intended state); returns its id once committed.
+        Records queued together go in with one bulk insert."""
+        row_id: int = await self._submit(record)
+        return row_id
+
     async def run_write(self, work: Callable[[Session], T]) -> T:
         """Run ``work(session)`` inside the writer's next transaction."""
         result: T = await self._submit(work)
@@ -115,7 +149,7 @@ class Store:
         """Queue records without waiting for the commit (events, traces)."""
         self._queue.put((list(records), None, None))
 
-    async def _submit(self, item: list[Any] | Callable[[Session], Any]) -> Any:
+    async def _submit(self, item: Any) -> Any:
         if self._thread is None:
             raise StoreError("the store is not open")
         loop = asyncio.get_running_loop()
@@ -141,8 +175,13 @@ class Store:
             error: BaseException | None = None
             try:
                 with self._sessions.begin() as session:
+                    records = [item for item, _, _ in work
+                               if isinstance(item, ReconfigurationRecord)]
+                    ids = iter(_insert_records(session, records))
                     for item, _, _ in work:
-                        if callable(item):
+                        if isinstance(item, ReconfigurationRecord):
+                            results.append(next(ids))
+                        elif callable(item):
                             results.append(item(session))
                         elif item is not None:
                             session.add_all(item)
@@ -151,13 +190,14 @@ class Store:
             except Exception as exc:  # reported to every waiter of the batch
                 log.exception("store write failed")
                 error = exc
+            # One wake-up of the loop per batch, not one per record.
+            settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
             for index, (_, future, loop) in enumerate(work):
-                if future is None or loop is None:
-                    continue
-                if error is not None:
-                    loop.call_soon_threadsafe(_fail, future, error)
-                else:
-                    loop.call_soon_threadsafe(_succeed, future, results[index])
+                if future is not None and loop is not None:
+                    outcome = error if error is not None else results[index]
+                    settled.setdefault(loop, []).append((future, outcome))
+            for loop, items in settled.items():
+                loop.call_soon_threadsafe(_settle, items, error is not None)
 
     # -- reading ---------------------------------------------------------------------------
     async def read(self, work: Callable[[Session], T]) -> T:
@@ -183,14 +223,47 @@ class Store:
         return await self.read(work)
 
 
-def _succeed(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
+def _insert_records(session: Session, records: list[ReconfigurationRecord]) -> list[int]:
+    """Bulk-insert reconfigurations and their pair changes; apply intended states in
+    order. Core inserts (not the ORM's unit of work): this is the store's hot path."""
+    if not records:
+        return []
+    rows = [{"switch": r.switch, "cause": r.cause, "outcome": r.outcome, "error": r.error,
+             "batch_size": len(r.connected) + len(r.disconnected),
+             "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
+             "acked_ns": r.acked_ns, "light_ns": r.light_ns, "done_ns": r.done_ns,
+             "wall_time": r.wall_time} for r in records]
+    result = session.execute(insert(Reconfiguration).returning(
+        Reconfiguration.id, sort_by_parameter_order=True), rows)
+    ids = [int(i) for i in result.scalars()]
+    changes = [{"reconfiguration_id": rid, "action": action, "a": a, "b": b}
+               for rid, r in zip(ids, records, strict=True)
+               for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
+               for a, b in pairs]
+    if changes:
+        session.execute(insert(PairChange), changes)
+    for r in records:
+        if r.intended is not None:
+            set_intended(session, r.switch, r.intended)
+        elif r.update_intended:
+            gone = [a for a, _ in r.disconnected] + [a for a, _ in r.connected]
+            if gone:
+                session.execute(delete(IntendedPair).where(
+                    IntendedPair.switch == r.switch, IntendedPair.a.in_(gone)))
+            if r.connected:
+                session.execute(insert(IntendedPair), [
+                    {"switch": r.switch, "a": a, "b": b} for a, b in r.connected])
+    return ids
 
 
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(StoreError(f"store write failed: {error}"))
+def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool) -> None:
+    for future, value in items:
+        if future.done():
+            continue
+        if failed:
+            future.set_exception(StoreError(f"store write failed: {value}"))
+        else:
+            future.set_result(value)
 
 
 def reconfiguration_row(*, switch: str, cause: str, outcome: str, error: str | None,
