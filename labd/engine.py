@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instruments.errors import InstrumentError, InvalidRequest
+from instruments.events import LinkState
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
@@ -45,6 +46,12 @@ class UnknownPort(RequestError):
 
 class PortBusy(RequestError):
     status = 409
+
+
+class Unavailable(RequestError):
+    """The switch is offline (reconnecting): nothing was sent."""
+
+    status = 503
 
 
 @dataclass
@@ -94,6 +101,13 @@ class Engine:
             raise UnknownSwitch(f"no switch {name!r}; switches: "
                                 f"{', '.join(sorted(self.switches)) or 'none'}") from None
 
+    def online(self, name: str) -> OpticalSwitch:
+        switch = self.switch(name)
+        if switch.state is not LinkState.ONLINE or switch.info is None:
+            raise Unavailable(f"{name} is {switch.state.value}; last error: "
+                              f"{switch.connection.last_error or 'none'}")
+        return switch
+
     def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair]) -> list[Pair]:
         try:
             return switch.normalise_pairs(list(pairs))
@@ -138,17 +152,26 @@ class Engine:
                           verify_light: bool = True) -> Result:
         """Carry out one request on one switch; returns once it is recorded."""
         requested = time.monotonic_ns()
+        switch = self.online(name)
+        assert switch.info is not None
         make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
-        switch = self.switches[name]
-        keys: set[tuple[str, int]] = {(name, p) for pair in (*make, *brk) for p in pair}
+        # A whole-map replacement holds the whole switch; anything else, its ports (and, for
+        # light verification, the meter channels on its paths).
+        ports = (range(1, switch.info.ports + 1) if replace is not None
+                 else {p for pair in (*make, *brk) for p in pair})
+        keys: set[tuple[str, int]] = {(name, p) for p in ports}
         watches = self._paths_for(name, make, brk) if verify_light else {}
         keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
         phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
                                          "acknowledged": None, "light": None, "done": None}
         outcome, error = "ok", None
         async with self.reservations.hold(keys):
-            # Plan again under the reservation: a request ahead of us may have moved things.
+            # Plan again under the reservation: a request ahead of us may have moved things
+            # (a pair someone else made on our ports is now a 409, not a surprise).
             make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+            watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
+                                         else {}).items()
+                       if (f"meter:{k[0]}", k[1]) in keys}
             started = await self._start_watches(watches)
             phases["dispatched"] = time.monotonic_ns()
             try:

@@ -12,6 +12,7 @@ import sqlalchemy
 import websockets
 
 from emulators.lab import EmulatedLab
+from instruments.errors import InstrumentError
 from labd.daemon import Daemon
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import Lab, load_lab
@@ -190,3 +191,18 @@ async def test_restart_restores_the_intended_state(lab: Lab, tmp_path: Path) -> 
             assert [r[0] for r in rows] == ["api", "restore"]
         finally:
             await again.stop()
+
+
+async def test_an_offline_switch_is_a_clear_503(running: Running) -> None:
+    daemon, emulated = running
+    await emulated.power("ocs1", on=False)
+    async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        with pytest.raises(InstrumentError):  # the first request finds the link gone ...
+            await daemon.engine.switches["ocs1"].cross_connects()
+        r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        assert r.status_code == 503  # ... then every request is refused at once
+        assert "ocs1 is backoff" in r.json()["detail"] or "ocs1 is connecting" in r.json()[
+            "detail"]
+        instruments = {i["id"]: i for i in (await http.get("/v1/instruments")).json()}
+        assert instruments["ocs1"]["state"] in ("backoff", "connecting")
+        assert instruments["ocs1"]["last_error"]
