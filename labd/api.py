@@ -22,7 +22,7 @@ from labd import __version__
 from labd.engine import RequestError
 from labd.stats import percentile
 from labd.store.models import Reconfiguration
-from labd.wiring import route_circuit
+from labd.wiring import CircuitRoute
 
 if TYPE_CHECKING:
     from labd.daemon import Daemon
@@ -48,6 +48,12 @@ class CircuitBody(Body):
     src: str = Field(alias="from")
     dst: str = Field(alias="to")
     verify_light: bool = True
+
+
+def route_dict(route: CircuitRoute) -> dict[str, Any]:
+    return {"from": route.src, "to": route.dst,
+            "hops": [{"switch": h.switch, "ingress": h.ingress, "egress": h.egress}
+                     for h in route.hops]}
 
 
 def row_dict(row: Reconfiguration) -> dict[str, Any]:
@@ -133,14 +139,28 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.post("/v1/circuits", dependencies=[Depends(authorised)])
     async def circuit(body: CircuitBody) -> dict[str, Any]:
-        route = route_circuit(daemon.lab, body.src, body.dst, set(engine.switches))
-        if route is None:
-            raise HTTPException(404, f"no switch path from {body.src!r} to {body.dst!r} in "
-                                     "the lab's cabling")
-        result = await engine.reconfigure(route.switch, connect=[(route.ingress, route.egress)],
-                                          verify_light=body.verify_light)
-        return {"route": {"switch": route.switch, "ingress": route.ingress,
-                          "egress": route.egress}, **result.as_dict()}
+        """An end-to-end circuit between two endpoints, over as many switches as it takes."""
+        routes, results = await engine.connect_endpoints([(body.src, body.dst)],
+                                                         verify_light=body.verify_light)
+        return {"route": route_dict(routes[0]), "reconfigurations": [
+            r.as_dict() for r in results]}
+
+    @app.get("/v1/jobs")
+    async def jobs() -> list[dict[str, Any]]:
+        return [{"id": j.id, "topology": j.topology, "members": j.members,
+                 "links": [list(link) for link in j.links()]} for j in daemon.lab.job]
+
+    @app.post("/v1/jobs/{job}/circuits", dependencies=[Depends(authorised)])
+    async def job_circuits(job: str, verify_light: bool = True) -> dict[str, Any]:
+        """Make every circuit a job's topology needs (all routed before any is made)."""
+        entry = next((j for j in daemon.lab.job if j.id == job), None)
+        if entry is None:
+            raise HTTPException(404, f"no job {job!r}; jobs: "
+                                     f"{', '.join(j.id for j in daemon.lab.job) or 'none'}")
+        routes, results = await engine.connect_endpoints(entry.links(), cause="api",
+                                                         verify_light=verify_light)
+        return {"job": job, "routes": [route_dict(r) for r in routes],
+                "reconfigurations": [r.as_dict() for r in results]}
 
     @app.get("/v1/reconfigurations")
     async def reconfigurations(

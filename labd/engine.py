@@ -27,7 +27,7 @@ from labd.hub import EventHub
 from labd.labfile import Lab
 from labd.reservations import Reservations
 from labd.store.store import ReconfigurationRecord, Store
-from labd.wiring import MeteredPath, metered_paths
+from labd.wiring import CircuitRoute, MeteredPath, metered_paths, route_circuit
 
 
 class RequestError(LabdError):
@@ -217,6 +217,46 @@ class Engine:
         """Whole target states for several switches, in parallel."""
         return list(await asyncio.gather(*(self.reconfigure(name, replace=target, cause=cause)
                                            for name, target in requests.items())))
+
+    # -- circuits and jobs -----------------------------------------------------------------
+    def busy_ports(self) -> set[tuple[str, int]]:
+        return {(name, p) for name, pairs in self.intended.items()
+                for pair in pairs.items() for p in pair}
+
+    def route(self, src: str, dst: str, busy: set[tuple[str, int]]) -> CircuitRoute:
+        sizes = {name: (sw.info.ingress, sw.info.egress) for name, sw in self.switches.items()
+                 if sw.info is not None}
+        route = route_circuit(self.lab, src, dst, sizes, busy)
+        if route is not None:
+            return route
+        blocked = route_circuit(self.lab, src, dst, sizes)
+        if blocked is not None:
+            taken = sorted(f"{h.switch}:{p}" for h in blocked.hops for p in (h.ingress, h.egress)
+                           if (h.switch, p) in busy)
+            raise PortBusy(f"every path from {src!r} to {dst!r} crosses ports already in "
+                           f"circuits (e.g. {', '.join(taken) or 'taken by this request'})")
+        raise UnknownPort(f"no path from {src!r} to {dst!r} in the lab's cabling")
+
+    async def connect_endpoints(self, links: list[tuple[str, str]], *, cause: str = "api",
+                                verify_light: bool = True
+                                ) -> tuple[list[CircuitRoute], list[Result]]:
+        """Route every (sender, receiver) link over free ports (each may cross several
+        switches), then make all the hops, one batch per switch, switches in parallel.
+        Nothing is sent unless every link routes."""
+        busy = self.busy_ports()
+        routes = []
+        for src, dst in links:
+            route = self.route(src, dst, busy)
+            busy |= {(h.switch, p) for h in route.hops for p in (h.ingress, h.egress)}
+            routes.append(route)
+        per_switch: dict[str, list[Pair]] = {}
+        for route in routes:
+            for hop in route.hops:
+                per_switch.setdefault(hop.switch, []).append((hop.ingress, hop.egress))
+        results = await asyncio.gather(*(
+            self.reconfigure(name, connect=pairs, cause=cause, verify_light=verify_light)
+            for name, pairs in per_switch.items()))
+        return routes, list(results)
 
     # -- light -----------------------------------------------------------------------------
     def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]

@@ -242,12 +242,69 @@ class FiberEntry(Strict):
     tap_ratio: float = Field(default=0.01, gt=0, lt=1)
 
 
+class HostEntry(Strict):
+    """``[[host]]``: a GPU host and the endpoints (NIC ports) it owns."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", max_length=64)]
+    nics: list[str] = Field(default_factory=list)
+    """Endpoint ids of this host's NIC ports."""
+    gpus: int = Field(default=8, ge=0, le=64)
+    rack: str = ""
+
+
+class JobEntry(Strict):
+    """``[[job]]``: a logical topology over endpoints, made of circuits."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", max_length=64)]
+    topology: Literal["ring", "pairs"]
+    """``ring``: each member sends to the next (and the last to the first); ``pairs``:
+    members 1-2, 3-4, ... send to each other."""
+    members: list[str] = Field(min_length=2)
+    """Endpoint ids, in rank order."""
+
+    @model_validator(mode="after")
+    def _shape(self) -> JobEntry:
+        if self.topology == "pairs" and len(self.members) % 2:
+            raise ValueError(f"job {self.id!r}: 'pairs' needs an even number of members")
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"job {self.id!r}: a member appears twice")
+        return self
+
+    def links(self) -> list[tuple[str, str]]:
+        """(sender, receiver) for every circuit the topology needs."""
+        m = self.members
+        if self.topology == "ring":
+            return [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))]
+        return [link for i in range(0, len(m), 2)
+                for link in ((m[i], m[i + 1]), (m[i + 1], m[i]))]
+
+
 class Lab(Strict):
     lab: LabSection
     instrument: list[Instrument] = Field(default_factory=list)
     endpoint: list[EndpointEntry] = Field(default_factory=list)
     fiber: list[FiberEntry] = Field(default_factory=list)
+    host: list[HostEntry] = Field(default_factory=list)
+    job: list[JobEntry] = Field(default_factory=list)
     source: str = Field(default="", exclude=True)
+
+    @model_validator(mode="after")
+    def _hosts_and_jobs(self) -> Lab:
+        endpoints = {e.id for e in self.endpoint}
+        problems = []
+        for index, host in enumerate(self.host):
+            for nic in host.nics:
+                if nic not in endpoints:
+                    problems.append(f"[[host]] #{index + 1} (id {host.id!r}), field 'nics': "
+                                    f"{nic!r} names no [[endpoint]]")
+        for index, job in enumerate(self.job):
+            for member in job.members:
+                if member not in endpoints:
+                    problems.append(f"[[job]] #{index + 1} (id {job.id!r}), field 'members': "
+                                    f"{member!r} names no [[endpoint]]")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> Lab:
@@ -341,7 +398,8 @@ def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple
             entries[index], dict) else None
         label = f"[[instrument]] #{index + 1}" + (f" (id {ident!r})" if ident else "")
         return label, rest
-    if len(loc) >= 2 and loc[0] in ("endpoint", "fiber") and isinstance(loc[1], int):
+    if len(loc) >= 2 and loc[0] in ("endpoint", "fiber", "host", "job") and isinstance(
+            loc[1], int):
         return f"[[{loc[0]}]] #{loc[1] + 1}", loc[2:]
     if loc and loc[0] in ("lab",):
         return f"[{loc[0]}]", loc[1:]

@@ -52,25 +52,62 @@ def dark_ingress(lab: Lab, switch: str, ingress_ports: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class CircuitRoute:
-    """Light from endpoint ``src`` enters ``switch`` at ``ingress`` and leaves at ``egress``
-    towards endpoint ``dst``."""
+class Hop:
+    """Light enters ``switch`` at ``ingress`` and leaves at ``egress``."""
 
-    src: str
-    dst: str
     switch: str
     ingress: int
     egress: int
 
 
-def route_circuit(lab: Lab, src: str, dst: str, switches: set[str]) -> CircuitRoute | None:
-    """The one-switch path from ``src`` to ``dst`` the cabling allows, if any."""
-    into = [n for f in lab.fiber if f.src == src
-            if (n := _node(f.dst)) is not None and n[0] in switches]
-    out_of = [n for f in lab.fiber if f.dst == dst
-              if (n := _node(f.src)) is not None and n[0] in switches]
-    for switch, ingress in into:
-        for other, egress in out_of:
-            if other == switch and egress != ingress:
-                return CircuitRoute(src, dst, switch, ingress, egress)
+@dataclass(frozen=True)
+class CircuitRoute:
+    """The switch hops that carry light from endpoint ``src`` to endpoint ``dst``."""
+
+    src: str
+    dst: str
+    hops: tuple[Hop, ...]
+
+
+def route_circuit(lab: Lab, src: str, dst: str, switches: dict[str, tuple[int, int]],
+                  busy: set[tuple[str, int]] | None = None) -> CircuitRoute | None:
+    """The shortest path (fewest switches) from ``src`` to ``dst`` that the cabling allows,
+    through ports not in ``busy``. ``switches`` gives each switch's (ingress, egress)
+    counts: on an NxM switch light goes from an ingress port to an egress port; on an
+    any-to-any switch (egress 0) between any two ports."""
+    busy = busy or set()
+    out_fibres: dict[str, list[str]] = {}
+    for fibre in lab.fiber:
+        out_fibres.setdefault(fibre.src, []).append(fibre.dst)
+    by_switch: dict[str, list[int]] = {}
+    for fibre in lab.fiber:
+        port = _node(fibre.src)
+        if port is not None and port[0] in switches:
+            by_switch.setdefault(port[0], []).append(port[1])
+    frontier: list[tuple[str, tuple[Hop, ...]]] = [(src, ())]
+    seen = {src}
+    while frontier:
+        following: list[tuple[str, tuple[Hop, ...]]] = []
+        for node, hops in frontier:
+            for nxt in out_fibres.get(node, []):
+                if nxt == dst:
+                    return CircuitRoute(src, dst, hops)
+                where = _node(nxt)
+                if where is None or where[0] not in switches or nxt in seen:
+                    continue
+                switch, ingress = where
+                if (switch, ingress) in busy:
+                    continue
+                n, m = switches[switch]
+                for egress in by_switch.get(switch, []):
+                    if egress == ingress or (switch, egress) in busy:
+                        continue
+                    if m and not (ingress <= n < egress):
+                        continue
+                    leaving = f"{switch}:{egress}"
+                    if leaving not in seen:
+                        seen.add(leaving)
+                        following.append((leaving, (*hops, Hop(switch, ingress, egress))))
+                seen.add(nxt)
+        frontier = following
     return None

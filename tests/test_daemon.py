@@ -156,7 +156,7 @@ async def test_bad_requests_are_refused_and_change_nothing(running: Running) -> 
             (http.post("/v1/switches/ocs1/connections", content=b"{not json"), 422, ""),
             (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]]},
                        headers={"Authorization": "Bearer wrong"}), 401, "bearer token"),
-            (http.post("/v1/circuits", json={"from": "a", "to": "zzz"}), 404, "no switch path"),
+            (http.post("/v1/circuits", json={"from": "a", "to": "zzz"}), 404, "no path from"),
         ]
         for call, status, words in cases:
             r = await call
@@ -206,3 +206,115 @@ async def test_an_offline_switch_is_a_clear_503(running: Running) -> None:
         instruments = {i["id"]: i for i in (await http.get("/v1/instruments")).json()}
         assert instruments["ocs1"]["state"] in ("backoff", "connecting")
         assert instruments["ocs1"]["last_error"]
+
+
+TWO_HOPS = """
+[lab]
+name = "hops"
+
+[[instrument]]
+id = "leaf"
+driver = "polatis-scpi"
+emulate = true
+size = "4x4"
+[instrument.emulator]
+technology = "ideal"
+
+[[instrument]]
+id = "spine"
+driver = "calient-tl1"
+emulate = true
+size = "8"
+user = "u"
+password = "p"
+[instrument.emulator]
+technology = "ideal"
+
+[[endpoint]]
+id = "g0"
+launch_dbm = 0
+[[endpoint]]
+id = "g1"
+launch_dbm = 0
+[[endpoint]]
+id = "g2"
+launch_dbm = 0
+
+[[host]]
+id = "h0"
+nics = ["g0", "g1"]
+
+[[job]]
+id = "ring3"
+topology = "ring"
+members = ["g0", "g1", "g2"]
+
+# every NIC sends into the leaf; the leaf's egress 5-7 go up to the spine's ports 1-3;
+# the spine's ports 4-6 come down to the NICs.
+[[fiber]]
+from = "g0"
+to = "leaf:1"
+[[fiber]]
+from = "g1"
+to = "leaf:2"
+[[fiber]]
+from = "g2"
+to = "leaf:3"
+[[fiber]]
+from = "leaf:5"
+to = "spine:1"
+[[fiber]]
+from = "leaf:6"
+to = "spine:2"
+[[fiber]]
+from = "leaf:7"
+to = "spine:3"
+[[fiber]]
+from = "spine:4"
+to = "g0"
+[[fiber]]
+from = "spine:5"
+to = "g1"
+[[fiber]]
+from = "spine:6"
+to = "g2"
+"""
+
+
+async def test_circuits_and_jobs_over_two_switches(tmp_path: Path) -> None:
+    path = tmp_path / "hops.toml"
+    path.write_text(TWO_HOPS)
+    lab = load_lab(path)
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
+        await daemon.start()
+        try:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+                r = await http.post("/v1/circuits", json={"from": "g0", "to": "g1"})
+                assert r.status_code == 200, r.text
+                hops = r.json()["route"]["hops"]
+                assert [h["switch"] for h in hops] == ["leaf", "spine"]
+                # g0 -> leaf:1 -> leaf:5 -> spine:1 -> spine:5 -> g1
+                assert (hops[0]["ingress"], hops[1]["egress"]) == (1, 5)
+                r = await http.post("/v1/jobs/ring3/circuits")
+                assert r.status_code == 409, r.text  # g0's only way out is taken
+                assert "crosses ports already in circuits (e.g. leaf:1" in r.text
+                await http.post("/v1/switches/leaf/disconnect", json={"ports": [1]})
+                await http.post("/v1/switches/spine/disconnect", json={"ports": [1]})
+                r = await http.post("/v1/jobs/ring3/circuits")
+                assert r.status_code == 200, r.text
+                links = [(x["from"], x["to"]) for x in r.json()["routes"]]
+                assert links == [("g0", "g1"), ("g1", "g2"), ("g2", "g0")]
+                jobs = (await http.get("/v1/jobs")).json()
+                assert jobs[0]["links"] == [["g0", "g1"], ["g1", "g2"], ["g2", "g0"]]
+                r = await http.post("/v1/jobs/nope/circuits")
+                assert r.status_code == 404 and "no job 'nope'" in r.text
+                r = await http.post("/v1/circuits", json={"from": "g0", "to": "h0"})
+                assert r.status_code == 404 and "no path from 'g0' to 'h0'" in r.text
+            leaf = emulated.device("leaf").model.connections  # type: ignore[attr-defined]
+            spine = emulated.device("spine").model.connections  # type: ignore[attr-defined]
+            assert len(leaf) == 3 and len(spine) == 3
+        finally:
+            await daemon.stop()

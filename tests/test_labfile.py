@@ -161,3 +161,28 @@ size = "6x6"
 """)
     (problem,) = problems(path)
     assert "field 'size'" in problem and "power of two" in problem
+
+
+def test_hosts_and_jobs_refer_to_endpoints(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+[lab]
+name = "x"
+[[endpoint]]
+id = "g0"
+[[endpoint]]
+id = "g1"
+[[host]]
+id = "h0"
+nics = ["g0", "g9"]
+[[job]]
+id = "j"
+topology = "pairs"
+members = ["g0", "g1", "g7", "g8"]
+""")
+    (problem,) = problems(path)
+    assert "[[host]] #1 (id 'h0'), field 'nics': 'g9' names no [[endpoint]]" in problem
+    assert "[[job]] #1 (id 'j'), field 'members': 'g7' names no [[endpoint]]" in problem
+    (problem,) = problems(write(tmp_path, path.read_text().replace(
+        '"g0", "g1", "g7", "g8"', '"g0", "g1", "g0"').replace('"g0", "g9"', '"g0"')))
+    assert "[[job]] #1, field 'members'" not in problem
+    assert "'pairs' needs an even number of members" in problem or "appears twice" in problem
