@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, delete, event, insert, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -174,18 +174,28 @@ class Store:
             results: list[Any] = []
             error: BaseException | None = None
             try:
-                with self._sessions.begin() as session:
+                # Reconfiguration records go in through Core on the connection (the hot
+                # path); only other work pays for an ORM session, inside the same transaction.
+                assert self.engine is not None
+                with self.engine.begin() as connection:
                     records = [item for item, _, _ in work
                                if isinstance(item, ReconfigurationRecord)]
-                    ids = iter(_insert_records(session, records))
+                    ids = iter(_insert_records(connection, records))
+                    session: Session | None = None
                     for item, _, _ in work:
                         if isinstance(item, ReconfigurationRecord):
                             results.append(next(ids))
-                        elif callable(item):
+                            continue
+                        if session is None:
+                            session = Session(bind=connection, expire_on_commit=False)
+                        if callable(item):
                             results.append(item(session))
                         elif item is not None:
                             session.add_all(item)
                             results.append(None)
+                    if session is not None:
+                        session.flush()
+                        session.close()
                 self.committed += len(work)
             except Exception as exc:  # reported to every waiter of the batch
                 log.exception("store write failed")
@@ -223,7 +233,7 @@ class Store:
         return await self.read(work)
 
 
-def _insert_records(session: Session, records: list[ReconfigurationRecord]) -> list[int]:
+def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -> list[int]:
     """Bulk-insert reconfigurations and their pair changes; apply intended states in
     order. Core inserts (not the ORM's unit of work): this is the store's hot path."""
     if not records:
@@ -233,9 +243,13 @@ def _insert_records(session: Session, records: list[ReconfigurationRecord]) -> l
              "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
              "acked_ns": r.acked_ns, "light_ns": r.light_ns, "done_ns": r.done_ns,
              "wall_time": r.wall_time} for r in records]
-    result = session.execute(insert(Reconfiguration).returning(
-        Reconfiguration.id, sort_by_parameter_order=True), rows)
-    ids = [int(i) for i in result.scalars()]
+    if len(rows) == 1:
+        ids = [int(session.execute(insert(Reconfiguration).returning(Reconfiguration.id),
+                                   rows[0]).scalar_one())]
+    else:
+        result = session.execute(insert(Reconfiguration).returning(
+            Reconfiguration.id, sort_by_parameter_order=True), rows)
+        ids = [int(i) for i in result.scalars()]
     changes = [{"reconfiguration_id": rid, "action": action, "a": a, "b": b}
                for rid, r in zip(ids, records, strict=True)
                for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
@@ -286,10 +300,12 @@ def _since(monotonic_ns: int) -> timedelta:
     return timedelta(microseconds=(time.monotonic_ns() - monotonic_ns) / 1000)
 
 
-def set_intended(session: Session, switch: str, pairs: dict[int, int]) -> None:
+def set_intended(session: Session | Connection, switch: str, pairs: dict[int, int]) -> None:
     """Replace a switch's intended circuits (inside the writer's transaction)."""
     session.execute(delete(IntendedPair).where(IntendedPair.switch == switch))
-    session.add_all(IntendedPair(switch=switch, a=a, b=b) for a, b in pairs.items())
+    if pairs:
+        session.execute(insert(IntendedPair), [{"switch": switch, "a": a, "b": b}
+                                               for a, b in pairs.items()])
 
 
 def connection_row(instrument: str, kind: str, state: str | None, detail: str,
