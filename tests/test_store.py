@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from labd.store import Store, StoreError
 from labd.store.models import PairChange, Reconfiguration
-from labd.store.store import reconfiguration_row, set_intended
+from labd.store.store import ReconfigurationRecord, set_intended
 
 PG = os.environ.get("LABD_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -39,19 +39,20 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         admin.dispose()
 
 
-def row(i: int) -> Reconfiguration:
+def row(i: int) -> ReconfigurationRecord:
     now = time.monotonic_ns()
-    return reconfiguration_row(switch=f"s{i % 3}", cause="api", outcome="ok", error=None,
-                               connected=[(i, i + 100)], disconnected=[], requested_ns=now,
-                               dispatched_ns=now + 1, acked_ns=now + 2, light_ns=None,
-                               done_ns=now + 3)
+    return ReconfigurationRecord(switch=f"s{i % 3}", cause="api", outcome="ok", error=None,
+                                 connected=[(i, i + 100)], disconnected=[], requested_ns=now,
+                                 dispatched_ns=now + 1, acked_ns=now + 2, light_ns=None,
+                                 done_ns=now + 3)
 
 
 async def test_concurrent_writes_commit_and_read_back(url: str) -> None:
     store = Store(url)
     await store.open()
     try:
-        await asyncio.gather(*(store.write(row(i)) for i in range(500)))
+        ids = await asyncio.gather(*(store.record(row(i)) for i in range(500)))
+        assert sorted(ids) == list(range(1, 501))
         await store.run_write(lambda s: set_intended(s, "s1", {1: 17, 2: 18}))
         await store.run_write(lambda s: set_intended(s, "s1", {3: 19}))
         counts = await store.read(lambda s: (
@@ -74,4 +75,4 @@ async def test_a_store_that_cannot_open_says_why(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot open store"):
         await Store(str(tmp_path / "no" / "such" / "dir" / "x.sqlite")).open()
     with pytest.raises(StoreError, match="not open"):
-        await Store(str(tmp_path / "x.sqlite")).write(row(1))
+        await Store(str(tmp_path / "x.sqlite")).record(row(1))

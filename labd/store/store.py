@@ -280,21 +280,6 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool) -> None:
             future.set_result(value)
 
 
-def reconfiguration_row(*, switch: str, cause: str, outcome: str, error: str | None,
-                        connected: Sequence[tuple[int, int]],
-                        disconnected: Sequence[tuple[int, int]], requested_ns: int,
-                        dispatched_ns: int | None, acked_ns: int | None, light_ns: int | None,
-                        done_ns: int) -> Reconfiguration:
-    wall = datetime.now(UTC) - _since(requested_ns)
-    row = Reconfiguration(switch=switch, cause=cause, outcome=outcome, error=error,
-                          batch_size=len(connected) + len(disconnected),
-                          requested_ns=requested_ns, dispatched_ns=dispatched_ns,
-                          acked_ns=acked_ns, light_ns=light_ns, done_ns=done_ns, wall_time=wall)
-    row.changes = ([PairChange(action="connect", a=a, b=b) for a, b in connected]
-                   + [PairChange(action="disconnect", a=a, b=b) for a, b in disconnected])
-    return row
-
-
 def _since(monotonic_ns: int) -> timedelta:
     """How long ago a monotonic timestamp was, to date a record on the wall clock."""
     return timedelta(microseconds=(time.monotonic_ns() - monotonic_ns) / 1000)
