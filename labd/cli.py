@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -118,11 +119,7 @@ def run_daemon(
 
     loaded = _load(lab)
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+    async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded)
         async with emulated:
             addresses = {e.id: endpoint_of(emulated, e) for e in entries}
@@ -149,12 +146,7 @@ def run_daemon(
             finally:
                 await daemon.stop()
 
-    try:
-        run(serve())
-    except OSError as exc:
-        raise _fail(f"cannot start the daemon: {exc}") from None
-    except LabdError as exc:
-        raise _fail(str(exc)) from None
+    _run_until_signalled("the daemon", serve)
 
 
 @app.command()
@@ -172,12 +164,8 @@ def emulate(
 
     loaded = _load(lab)
 
-    async def serve() -> None:
+    async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded, control_port=control_port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         async with emulated:
             for entry in entries:
                 line = {"id": entry.id, "driver": entry.driver,
@@ -189,12 +177,7 @@ def emulate(
             print(json.dumps({"ready": True, "control": emulated.control_url}), flush=True)
             await stop.wait()
 
-    try:
-        run(serve())
-    except OSError as exc:
-        raise _fail(f"cannot start the emulators: {exc}") from None
-    except LabdError as exc:
-        raise _fail(str(exc)) from None
+    _run_until_signalled("the emulators", serve)
 
 
 @app.command()
@@ -242,6 +225,25 @@ def check(lab: Annotated[str, typer.Argument(help="Lab file path or packaged nam
     for entry in loaded.instrument:
         where = "emulated" if entry.emulate else entry.address
         console.print(f"  {entry.id:12} {entry.driver:14} {where}")
+
+
+def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run a long-lived service until SIGINT or SIGTERM, then let it shut down cleanly;
+    a start-up failure is one clear message."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await body(stop)
+
+    try:
+        run(main())
+    except OSError as exc:
+        raise _fail(f"cannot start {what}: {exc}") from None
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _load(lab: str) -> Lab:
