@@ -233,11 +233,53 @@ class Store:
         return await self.read(work)
 
 
+_SQLITE_RECONFIGURATION = (
+    "INSERT INTO reconfigurations (switch, cause, outcome, error, batch_size, requested_ns, "
+    "dispatched_ns, acked_ns, light_ns, done_ns, wall_time) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+
+
+def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
+    """The same as the Core path, on the sqlite3 cursor itself: a durable record is on the
+    path of every acknowledged request, and SQLAlchemy's per-statement machinery costs ten
+    times the insert. Same transaction, same columns, same storage format."""
+    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    ids = []
+    changes: list[tuple[int, str, int, int]] = []
+    for r in records:
+        wall = (r.wall_time or datetime.now(UTC)).astimezone(UTC).strftime(
+            "%Y-%m-%d %H:%M:%S.%f")
+        cursor.execute(_SQLITE_RECONFIGURATION, (
+            r.switch, r.cause, r.outcome, r.error, len(r.connected) + len(r.disconnected),
+            r.requested_ns, r.dispatched_ns, r.acked_ns, r.light_ns, r.done_ns, wall))
+        rid = int(cursor.lastrowid or 0)
+        ids.append(rid)
+        changes.extend((rid, "connect", a, b) for a, b in r.connected)
+        changes.extend((rid, "disconnect", a, b) for a, b in r.disconnected)
+    if changes:
+        cursor.executemany("INSERT INTO pair_changes (reconfiguration_id, action, a, b) "
+                           "VALUES (?,?,?,?)", changes)
+    for r in records:
+        if r.intended is not None:
+            cursor.execute("DELETE FROM intended_pairs WHERE switch = ?", (r.switch,))
+            cursor.executemany("INSERT INTO intended_pairs (switch, a, b) VALUES (?,?,?)",
+                               [(r.switch, a, b) for a, b in r.intended.items()])
+        elif r.update_intended:
+            gone = [a for a, _ in r.disconnected] + [a for a, _ in r.connected]
+            cursor.executemany("DELETE FROM intended_pairs WHERE switch = ? AND a = ?",
+                               [(r.switch, a) for a in gone])
+            cursor.executemany("INSERT INTO intended_pairs (switch, a, b) VALUES (?,?,?)",
+                               [(r.switch, a, b) for a, b in r.connected])
+    cursor.close()
+    return ids
+
+
 def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -> list[int]:
     """Bulk-insert reconfigurations and their pair changes; apply intended states in
     order. Core inserts (not the ORM's unit of work): this is the store's hot path."""
     if not records:
         return []
+    if session.dialect.name == "sqlite":
+        return _insert_sqlite(session, records)
     rows = [{"switch": r.switch, "cause": r.cause, "outcome": r.outcome, "error": r.error,
              "batch_size": len(r.connected) + len(r.disconnected),
              "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
