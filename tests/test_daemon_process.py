@@ -119,3 +119,103 @@ async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> 
             await daemon.wait()
         emulator.send_signal(signal.SIGINT)
         await asyncio.wait_for(emulator.wait(), 15)
+
+
+async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Path) -> None:
+    """The HIL-CI shape: labd emulate (TCP and a pty), labd run on the resolved lab with
+    Mosquitto and SQLite; API requests reach the emulators; the record agrees with the
+    ground truth; events arrive on the WebSocket and on MQTT."""
+    import uuid
+
+    import aiomqtt
+    import websockets
+
+    from tests.test_bus import require_broker
+
+    require_broker()
+    name = f"hil{uuid.uuid4().hex[:8]}"
+    lab_file = tmp_path / "lab.toml"
+    lab_file.write_text(f"""
+[lab]
+name = "{name}"
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+switch_time_ms = 5
+jitter_ms = 1
+[[instrument]]
+id = "mesh1"
+driver = "qontrol-mesh"
+emulate = true
+size = "4x4"
+""")
+    resolved = tmp_path / "resolved.toml"
+    emulator = await start("emulate", str(lab_file), "--resolved", str(resolved))
+    assert emulator.stdout is not None
+    endpoints = {}
+    while True:
+        line = json.loads(await asyncio.wait_for(emulator.stdout.readline(), 30))
+        if line.get("ready"):
+            control = line["control"]
+            break
+        endpoints[line["id"]] = line["endpoint"]
+    assert endpoints["mesh1"].startswith("serial:///dev/pts/")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    daemon = await start("run", str(resolved), "--db", str(tmp_path / "store.sqlite"),
+                         "--port", str(port), "--token", TOKEN, "--mqtt",
+                         "mqtt://127.0.0.1:1883")
+    try:
+        await wait_http(url)
+        async with aiomqtt.Client("127.0.0.1", 1883) as mqtt:
+            await mqtt.subscribe(f"labd/{name}/events/reconfiguration")
+            async with websockets.connect(url.replace("http", "ws") + "/v1/events") as ws:
+                snapshot = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert snapshot["kind"] == "snapshot"
+                async with httpx.AsyncClient(
+                        base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                    before = (await http.get(f"{control}/v1/emulators/mesh1/truth",
+                                             params={"light": "false"})).json()
+                    # an output input 1 does not reach yet, so the mesh must change
+                    output = 5 if before["state"]["routes"][0][1] != 5 else 6
+                    for body, switch in (({"pairs": [[1, 9]]}, "ocs1"),
+                                         ({"pairs": [[2, 10]]}, "ocs1"),
+                                         ({"pairs": [[1, output]]}, "mesh1")):
+                        r = await http.post(f"/v1/switches/{switch}/connections", json=body)
+                        assert r.status_code == 200 and r.json()["outcome"] == "ok", r.text
+                    rows = (await http.get("/v1/reconfigurations")).json()
+                    truth = {s: (await http.get(f"{control}/v1/emulators/{s}/truth",
+                                                params={"light": "false"})).json()
+                             for s in ("ocs1", "mesh1")}
+                seen_ws = []
+                while len(seen_ws) < 3:
+                    event = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                    if event["kind"] == "reconfiguration":
+                        seen_ws.append(event["data"]["id"])
+                seen_mqtt = []
+                async with asyncio.timeout(10):
+                    async for message in mqtt.messages:
+                        seen_mqtt.append(json.loads(message.payload)["data"]["id"])
+                        if len(seen_mqtt) == 3:
+                            break
+        assert sorted(seen_ws) == sorted(seen_mqtt) == sorted(r["id"] for r in rows)
+        assert truth["ocs1"]["state"]["connections"] == [[1, 9], [2, 10]]
+        assert truth["mesh1"]["state"]["routes"][0] == [1, output]
+        for row in rows:
+            p = row["phases"]
+            assert p["requested"] <= p["dispatched"] <= p["acknowledged"] <= p["done"]
+            changes = [c for c in truth[row["switch"]]["changes"]
+                       if p["dispatched"] <= c["arrived_ns"] <= p["acknowledged"]]
+            assert changes, row  # the device's change happened while labd waited for it
+            assert max(c["settled_ns"] for c in changes) <= p["acknowledged"]
+    finally:
+        daemon.send_signal(signal.SIGINT)
+        await asyncio.wait_for(daemon.wait(), 15)
+        emulator.send_signal(signal.SIGINT)
+        await asyncio.wait_for(emulator.wait(), 15)
+    assert daemon.returncode == 0 and emulator.returncode == 0
