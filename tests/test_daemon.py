@@ -318,3 +318,39 @@ async def test_circuits_and_jobs_over_two_switches(tmp_path: Path) -> None:
             assert len(leaf) == 3 and len(spine) == 3
         finally:
             await daemon.stop()
+
+
+async def test_startup_report_names_every_instrument_that_failed(tmp_path: Path) -> None:
+    path = tmp_path / "lab.toml"
+    path.write_text(LAB + """
+[[instrument]]
+id = "gone"
+driver = "polatis-scpi"
+address = "tcp://127.0.0.1:1"
+
+[[instrument]]
+id = "nodev"
+driver = "thorlabs-pm100"
+address = "serial:///dev/does-not-exist"
+""")
+    lab = load_lab(path)
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
+        report = await daemon.start()
+        try:
+            assert set(report.connected) == {"ocs1", "ocs2", "pm1"}
+            assert set(report.failed) == {"gone", "nodev"}
+            assert "cannot connect to tcp://127.0.0.1:1" in report.failed["gone"]
+            assert "/dev/does-not-exist" in report.failed["nodev"]
+            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+                states = {i["id"]: i for i in (await http.get("/v1/instruments")).json()}
+                assert states["gone"]["state"] in ("backoff", "connecting")
+                assert states["ocs1"]["state"] == "online"
+                r = await http.post("/v1/switches/gone/connections", json={"pairs": [[1, 17]]})
+                assert r.status_code == 503 and "gone is" in r.json()["detail"]
+                r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+                assert r.status_code == 200  # the rest of the lab works
+        finally:
+            await daemon.stop()
