@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from instruments.errors import InstrumentError, InvalidRequest
-from instruments.events import LinkState
+from instruments.events import Drift, LinkState
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
@@ -183,8 +183,14 @@ class Engine:
                     if make:
                         await switch.connect(make)
                 phases["acknowledged"] = time.monotonic_ns()
+            except InvalidRequest as exc:
+                # The driver refused before sending anything (a mesh that would have to
+                # move other circuits): a conflict for the caller, nothing to record.
+                await self._cancel_watches(started)
+                raise PortBusy(exc.message) from None
             except InstrumentError as exc:
                 outcome, error = "failed", str(exc)
+                error += await self._after_failure(name)
             if outcome == "ok" and started:
                 try:
                     phases["light"] = await self._finish_watches(started)
@@ -211,6 +217,22 @@ class Engine:
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result
+
+    async def _after_failure(self, name: str) -> str:
+        """After a failed command, ask the switch what it now holds: a half-applied change
+        is reported (event and error text), never silently kept as intended."""
+        try:
+            observed = await self.switches[name].cross_connects()
+        except InstrumentError:
+            return " (the switch could not be read back; it will be compared on reconnect)"
+        drift = Drift.between(self.intended[name], observed)
+        if not drift:
+            return " (the switch is unchanged)"
+        self.hub.publish("drift", {"switch": name,
+                                   "missing": [[a, b] for a, b in drift.missing.items()],
+                                   "unexpected": [[a, b] for a, b in drift.unexpected.items()]})
+        return (f" (the switch now differs from the intended state: missing "
+                f"{sorted(drift.missing.items())}, unexpected {sorted(drift.unexpected.items())})")
 
     async def reconfigure_many(self, requests: Mapping[str, Mapping[int, int]], *,
                                cause: str = "api") -> list[Result]:

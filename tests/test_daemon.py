@@ -354,3 +354,18 @@ address = "serial:///dev/does-not-exist"
                 assert r.status_code == 200  # the rest of the lab works
         finally:
             await daemon.stop()
+
+
+async def test_a_failed_request_is_recorded_and_the_state_reported(running: Running) -> None:
+    daemon, emulated = running
+    async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        emulated.inject("ocs1", {"kind": "fail_port", "port": 10})
+        r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]]})
+        assert r.status_code == 200
+        result = r.json()
+        assert result["outcome"] == "failed" and "port 10 has failed" in result["error"]
+        assert "(the switch is unchanged)" in result["error"]
+        assert daemon.engine.intended["ocs1"] == {1: 9}
+        rows = (await http.get("/v1/reconfigurations", params={"switch": "ocs1"})).json()
+        assert [r["outcome"] for r in rows] == ["failed", "ok"]
