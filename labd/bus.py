@@ -134,6 +134,13 @@ class MqttBridge:
                 await client.publish(f"{self.prefix}/state/switches/{switch}",
                                      json.dumps({"intended": sorted(intended.items())}),
                                      qos=1, retain=True)
+            elif event.kind == "instrument.state":
+                # Keep the retained picture current: a late subscriber sees who is offline.
+                name = event.data["instrument"]
+                for instrument in self.daemon.instruments_state():
+                    if instrument["id"] == name:
+                        await client.publish(f"{self.prefix}/state/instruments/{name}",
+                                             json.dumps(instrument), qos=1, retain=True)
 
     async def _commands(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
