@@ -40,6 +40,9 @@ class LightWatch:
     window_s: float
     resolution_s: float
     started_ns: int = 0
+    traces: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    """The logged power (dBm) per channel, sample i covering started_ns + i * resolution_s;
+    filled by :meth:`result` on meters that log."""
     _poller: asyncio.Task[dict[int, int]] | None = field(default=None, repr=False)
 
     @classmethod
@@ -77,6 +80,7 @@ class LightWatch:
         missing: list[str] = []
         for channel in self.channels:
             trace = await self.meter.fetch_log(channel)
+            self.traces[channel] = trace
             at = self._crossing(trace)
             if at is None:
                 last = trace[-1] if trace.size else float("nan")

@@ -11,6 +11,7 @@ import contextlib
 import secrets
 from typing import TYPE_CHECKING, Annotated, Any
 
+import numpy as np
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +22,7 @@ from instruments.errors import InstrumentError, NotSupported
 from labd import __version__
 from labd.engine import RequestError
 from labd.stats import percentile
-from labd.store.models import Reconfiguration
+from labd.store.models import PowerTrace, Reconfiguration
 from labd.wiring import CircuitRoute
 
 if TYPE_CHECKING:
@@ -186,6 +187,19 @@ def create_app(daemon: Daemon) -> FastAPI:
             if until_ns is not None:
                 query = query.where(Reconfiguration.requested_ns <= until_ns)
             return [row_dict(r) for r in session.scalars(query)]
+
+        return await daemon.store.read(work)
+
+    @app.get("/v1/reconfigurations/{reconfiguration}/traces")
+    async def traces(reconfiguration: int) -> list[dict[str, Any]]:
+        """The power traces light verification logged for one reconfiguration (dBm)."""
+        def work(session: Any) -> list[dict[str, Any]]:
+            rows = session.scalars(select(PowerTrace).where(
+                PowerTrace.reconfiguration_id == reconfiguration))
+            return [{"meter": t.meter, "channel": t.channel, "start_ns": t.start_ns,
+                     "atime_s": t.atime_s,
+                     "dbm": [round(float(v), 3) for v in np.frombuffer(t.dbm, dtype="<f4")]}
+                    for t in rows]
 
         return await daemon.store.read(work)
 

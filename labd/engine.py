@@ -26,6 +26,7 @@ from labd.errors import LabdError
 from labd.hub import EventHub
 from labd.labfile import Lab
 from labd.reservations import Reservations
+from labd.store.models import PowerTrace
 from labd.store.store import ReconfigurationRecord, Store
 from labd.wiring import CircuitRoute, MeteredPath, metered_paths, route_circuit
 
@@ -214,9 +215,20 @@ class Engine:
                 done_ns=phases["done"] or time.monotonic_ns(),
                 intended=dict(self.intended[name]) if replace is not None else None,
                 update_intended=outcome != "failed"))
+        await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result
+
+    async def _keep_traces(self, watches: list[LightWatch], reconfiguration_id: int) -> None:
+        """The power traces light verification logged, kept with the reconfiguration
+        (only requests on metered paths have any; they already waited for the log)."""
+        rows = [PowerTrace(meter=w.meter.name, channel=channel, start_ns=w.started_ns,
+                           atime_s=w.resolution_s, dbm=trace.astype("<f4").tobytes(),
+                           reconfiguration_id=reconfiguration_id)
+                for w in watches for channel, trace in w.traces.items()]
+        if rows:
+            await self.store.write(*rows)
 
     async def _after_failure(self, name: str) -> str:
         """After a failed command, ask the switch what it now holds: a half-applied change

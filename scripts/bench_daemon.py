@@ -56,22 +56,39 @@ async def lag_probe(samples: list[float], stop: asyncio.Event) -> None:
         samples.append((time.monotonic() - start - 0.001) * 1e3)
 
 
-#: The API client runs in its own process, as a script of the lab's would: a client in the
-#: daemon's own event loop would be measured twice.
+#: The API client runs in its own process, as a script of the lab's would (a client in the
+#: daemon's own event loop would be measured twice), and is a minimal keep-alive HTTP/1.1
+#: client on a raw socket, like the raw SCPI client of bench_switch: what it measures is the
+#: daemon's path, not an HTTP library's.
 CLIENT = """
-import json, sys, time, httpx
+import json, socket, sys, time
+from urllib.parse import urlsplit
 url, token, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-out = []
-with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
-    for _ in range(count):
-        line = sys.stdin.readline()  # one request per go, interleaved with the direct calls
-        start = time.perf_counter_ns()
-        r = http.post("/v1/switches/s1/connections",
-                      json={"pairs": [[1, 17]], "verify_light": False})
-        out.append((time.perf_counter_ns() - start) / 1e3)
-        assert r.status_code == 200, r.text
-        http.post("/v1/switches/s1/disconnect", json={"ports": [1], "verify_light": False})
-        print(json.dumps(out[-1]), flush=True)
+parts = urlsplit(url)
+sock = socket.create_connection((parts.hostname, parts.port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+stream = sock.makefile("rb")
+
+def request(method, path, body):
+    data = json.dumps(body).encode()
+    sock.sendall((f"{method} {path} HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer {token}"
+                  f"\\r\\nContent-Type: application/json\\r\\nContent-Length: {len(data)}"
+                  "\\r\\n\\r\\n").encode() + data)
+    status = stream.readline()
+    length = 0
+    while (line := stream.readline()) not in (b"\\r\\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    payload = stream.read(length)
+    assert b" 200 " in status, (status, payload)
+
+for _ in range(count):
+    sys.stdin.readline()  # one request per go, interleaved with the direct calls
+    start = time.perf_counter_ns()
+    request("POST", "/v1/switches/s1/connections", {"pairs": [[1, 17]], "verify_light": False})
+    took = (time.perf_counter_ns() - start) / 1e3
+    request("POST", "/v1/switches/s1/disconnect", {"ports": [1], "verify_light": False})
+    print(json.dumps(took), flush=True)
 """
 
 

@@ -96,6 +96,10 @@ async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running:
         assert r.status_code == 200, r.text
         result = r.json()
         assert result["outcome"] == "ok" and result["connected"] == [[1, 9]]
+        traces = (await http.get(f"/v1/reconfigurations/{result['id']}/traces")).json()
+        (trace,) = traces  # the light verification's log of pm1:1, kept with the record
+        assert (trace["meter"], trace["channel"]) == ("pm1", 1)
+        assert trace["dbm"][0] < -60 and trace["dbm"][-1] > -30  # dark, then lit
         r = await http.post("/v1/switches/ocs1/disconnect", json={"ports": [9]})
         assert r.json()["disconnected"] == [[1, 9]]
         for i in range(2, 6):
