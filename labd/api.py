@@ -97,6 +97,14 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def instruments() -> list[dict[str, Any]]:
         return daemon.instruments_state()
 
+    @app.get("/v1/instruments/{instrument}")
+    async def instrument(instrument: str) -> dict[str, Any]:
+        for entry in daemon.instruments_state():
+            if entry["id"] == instrument:
+                return entry
+        raise HTTPException(404, f"no instrument {instrument!r}; instruments: "
+                                 f"{', '.join(daemon.drivers)}")
+
     @app.get("/v1/switches/{switch}")
     async def switch_state(switch: str) -> dict[str, Any]:
         sw = engine.switch(switch)
@@ -150,6 +158,14 @@ def create_app(daemon: Daemon) -> FastAPI:
         routes, results = await engine.connect_endpoints([(body.src, body.dst)],
                                                          verify_light=body.verify_light)
         return {"route": route_dict(routes[0]), "reconfigurations": [
+            r.as_dict() for r in results]}
+
+    @app.post("/v1/circuits/disconnect", dependencies=[Depends(authorised)])
+    async def uncircuit(body: CircuitBody) -> dict[str, Any]:
+        """Take down the circuit between two endpoints, on every switch it crosses."""
+        route, results = await engine.disconnect_endpoints(body.src, body.dst,
+                                                           verify_light=body.verify_light)
+        return {"route": route_dict(route), "reconfigurations": [
             r.as_dict() for r in results]}
 
     @app.get("/v1/jobs")

@@ -28,7 +28,13 @@ from labd.labfile import Lab
 from labd.reservations import Reservations
 from labd.store.models import PowerTrace
 from labd.store.store import ReconfigurationRecord, Store
-from labd.wiring import CircuitRoute, MeteredPath, metered_paths, route_circuit
+from labd.wiring import (
+    CircuitRoute,
+    MeteredPath,
+    metered_paths,
+    route_circuit,
+    trace_circuit,
+)
 
 
 class RequestError(LabdError):
@@ -291,6 +297,22 @@ class Engine:
             self.reconfigure(name, connect=pairs, cause=cause, verify_light=verify_light)
             for name, pairs in per_switch.items()))
         return routes, list(results)
+
+    async def disconnect_endpoints(self, src: str, dst: str, *, cause: str = "api",
+                                   verify_light: bool = True
+                                   ) -> tuple[CircuitRoute, list[Result]]:
+        """Take down the circuit from ``src`` to ``dst``: every hop it uses, switches in
+        parallel."""
+        route = trace_circuit(self.lab, src, dst, self.intended)
+        if route is None or not route.hops:
+            raise UnknownPort(f"no circuit from {src!r} to {dst!r}")
+        per_switch: dict[str, list[int]] = {}
+        for hop in route.hops:
+            per_switch.setdefault(hop.switch, []).append(hop.ingress)
+        results = await asyncio.gather(*(
+            self.reconfigure(name, disconnect=ports, cause=cause, verify_light=verify_light)
+            for name, ports in per_switch.items()))
+        return route, list(results)
 
     # -- light -----------------------------------------------------------------------------
     def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]

@@ -111,3 +111,35 @@ def route_circuit(lab: Lab, src: str, dst: str, switches: dict[str, tuple[int, i
                 seen.add(nxt)
         frontier = following
     return None
+
+
+def trace_circuit(lab: Lab, src: str, dst: str,
+                  intended: dict[str, dict[int, int]]) -> CircuitRoute | None:
+    """The hops an existing circuit takes from ``src`` to ``dst``: follow the fibres and
+    the switches' intended pairs (either direction of a pair) from ``src``."""
+    out_fibres: dict[str, list[str]] = {}
+    for fibre in lab.fiber:
+        out_fibres.setdefault(fibre.src, []).append(fibre.dst)
+    partners = {name: {**pairs, **{b: a for a, b in pairs.items()}}
+                for name, pairs in intended.items()}
+    hops: list[Hop] = []
+    node, seen = src, {src}
+    while True:
+        nexts = out_fibres.get(node, [])
+        if dst in nexts:
+            return CircuitRoute(src, dst, tuple(hops))
+        step = None
+        for nxt in nexts:
+            where = _node(nxt)
+            if where is not None and where[1] in partners.get(where[0], {}):
+                step = where
+                break
+        if step is None:
+            return None
+        switch, ingress = step
+        egress = partners[switch][ingress]
+        hops.append(Hop(switch, ingress, egress))
+        node = f"{switch}:{egress}"
+        if node in seen:
+            return None
+        seen.add(node)

@@ -305,8 +305,13 @@ async def test_circuits_and_jobs_over_two_switches(tmp_path: Path) -> None:
                 r = await http.post("/v1/jobs/ring3/circuits")
                 assert r.status_code == 409, r.text  # g0's only way out is taken
                 assert "crosses ports already in circuits (e.g. leaf:1" in r.text
-                await http.post("/v1/switches/leaf/disconnect", json={"ports": [1]})
-                await http.post("/v1/switches/spine/disconnect", json={"ports": [1]})
+                r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
+                assert r.status_code == 200, r.text
+                assert [(h["switch"], h["ingress"]) for h in r.json()["route"]["hops"]] == [
+                    ("leaf", 1), ("spine", 1)]
+                assert daemon.engine.intended == {"leaf": {}, "spine": {}}
+                r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
+                assert r.status_code == 404 and "no circuit from 'g0' to 'g1'" in r.text
                 r = await http.post("/v1/jobs/ring3/circuits")
                 assert r.status_code == 200, r.text
                 links = [(x["from"], x["to"]) for x in r.json()["routes"]]
