@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
@@ -49,6 +50,13 @@ class CircuitBody(Body):
     src: str = Field(alias="from")
     dst: str = Field(alias="to")
     verify_light: bool = True
+
+
+def _utc(moment: datetime) -> datetime:
+    """As the store keeps wall-clock times: UTC (a time without a zone is taken as UTC)."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
 
 
 def route_dict(route: CircuitRoute) -> dict[str, Any]:
@@ -190,8 +198,12 @@ def create_app(daemon: Daemon) -> FastAPI:
         switch: str | None = None, cause: str | None = None,
         since_ns: Annotated[int | None, Query(ge=0)] = None,
         until_ns: Annotated[int | None, Query(ge=0)] = None,
+        since: Annotated[datetime | None, Query(
+            description="wall-clock time, ISO 8601 (UTC if no zone)")] = None,
+        until: Annotated[datetime | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     ) -> list[dict[str, Any]]:
+        """Newest first; filter by switch, cause, monotonic (``*_ns``) or wall-clock time."""
         def work(session: Any) -> list[dict[str, Any]]:
             query = select(Reconfiguration).order_by(Reconfiguration.id.desc()).limit(limit)
             if switch:
@@ -202,6 +214,10 @@ def create_app(daemon: Daemon) -> FastAPI:
                 query = query.where(Reconfiguration.requested_ns >= since_ns)
             if until_ns is not None:
                 query = query.where(Reconfiguration.requested_ns <= until_ns)
+            if since is not None:
+                query = query.where(Reconfiguration.wall_time >= _utc(since))
+            if until is not None:
+                query = query.where(Reconfiguration.wall_time <= _utc(until))
             return [row_dict(r) for r in session.scalars(query)]
 
         return await daemon.store.read(work)
@@ -223,7 +239,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def stats(switch: str | None = None, cause: str | None = None) -> dict[str, Any]:
         """Per switch: count and p50/p99 (ms) of each phase's duration."""
         rows = await reconfigurations(switch=switch, cause=cause, since_ns=None, until_ns=None,
-                                      limit=100_000)
+                                      since=None, until=None, limit=100_000)
         out: dict[str, Any] = {}
         for name in sorted({r["switch"] for r in rows}):
             mine = [r["phases"] for r in rows if r["switch"] == name]

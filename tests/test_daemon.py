@@ -107,6 +107,18 @@ async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running:
             assert r.json()["outcome"] == "ok"
         rows = (await http.get("/v1/reconfigurations")).json()
         stats = (await http.get("/v1/reconfigurations/stats")).json()
+        only = (await http.get("/v1/reconfigurations",
+                               params={"switch": "ocs1", "cause": "api"})).json()
+        assert [r["switch"] for r in only] == ["ocs1", "ocs1"]
+        future = (await http.get("/v1/reconfigurations",
+                                 params={"since": "2999-01-01T00:00:00Z"})).json()
+        past = (await http.get("/v1/reconfigurations",
+                               params={"since": "2000-01-01T00:00:00+02:00"})).json()
+        assert future == [] and len(past) == 6
+        window = (await http.get("/v1/reconfigurations", params={
+            "since_ns": rows[1]["phases"]["requested"],
+            "until_ns": rows[0]["phases"]["requested"]})).json()
+        assert [r["id"] for r in window] == [rows[0]["id"], rows[1]["id"]]
     assert [r["switch"] for r in rows] == ["ocs2"] * 4 + ["ocs1"] * 2
     truth = {name: emulated.truth(name)["changes"] for name in ("ocs1", "ocs2")}
     light = emulated.light()
