@@ -63,8 +63,16 @@ class MqttBridge:
         self.host, self.port = parse_url(url)
         self.prefix = f"labd/{daemon.lab.lab.name}"
         self.connected = asyncio.Event()
+        self.sessions = 0
+        """Broker sessions so far (a reconnection makes a new one)."""
+        self._session_started = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._client: aiomqtt.Client | None = None
+
+    async def wait_sessions(self, count: int, timeout: float) -> None:
+        """Wait until the bridge has had ``count`` broker sessions."""
+        async with asyncio.timeout(timeout), self._session_started:
+            await self._session_started.wait_for(lambda: self.sessions >= count)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="labd-mqtt")
@@ -104,6 +112,9 @@ class MqttBridge:
             await self._publish_state(client, snapshot)
             await client.subscribe(f"{self.prefix}/command/+")
             self.connected.set()
+            async with self._session_started:
+                self.sessions += 1
+                self._session_started.notify_all()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._forward(client, subscription))
                 group.create_task(self._commands(client))

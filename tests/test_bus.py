@@ -105,3 +105,64 @@ technology = "ideal"
         for topic in (f"{prefix}/daemon", f"{prefix}/state/switches/ocs1",
                       f"{prefix}/state/instruments/ocs1"):
             await watcher.publish(topic, b"", retain=True)
+
+
+class CuttableProxy:
+    """A TCP proxy to the broker whose connections a test can cut (a broker restart, a
+    pulled cable), so that the bridge's reconnection is exercised on the real broker."""
+
+    def __init__(self) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*BROKER)
+        self.writers += [writer, up_writer]
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def stop(self) -> None:
+        self.cut()
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_the_bridge_reconnects_by_itself(tmp_path: Path) -> None:
+    require_broker()
+    path = tmp_path / "lab.toml"
+    path.write_text(f'[lab]\nname = "bus{uuid.uuid4().hex[:8]}"\n')
+    proxy = CuttableProxy()
+    port = await proxy.start()
+    daemon = Daemon(load_lab(path), db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                    mqtt=f"mqtt://127.0.0.1:{port}")
+    await daemon.start()
+    try:
+        assert daemon.bus is not None
+        await daemon.bus.wait_sessions(1, timeout=10)
+        proxy.cut()  # the broker goes away under the bridge (a restart, a pulled cable)
+        await daemon.bus.wait_sessions(2, timeout=15)  # and it is back, by itself
+        assert daemon.bus.connected.is_set()
+    finally:
+        await daemon.stop()
+        await proxy.stop()
+        async with aiomqtt.Client(*BROKER) as cleaner:
+            await cleaner.publish(f"labd/{daemon.lab.lab.name}/daemon", b"", retain=True)
