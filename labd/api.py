@@ -6,8 +6,6 @@ Reads are open; changes need ``Authorization: Bearer <token>``. Errors are JSON 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -270,10 +268,8 @@ def create_app(daemon: Daemon) -> FastAPI:
                     return
                 await socket.send_json(event.as_dict())
         except (WebSocketDisconnect, RuntimeError):
-            pass
+            pass  # the client went away (noticed at the next send)
         finally:
             subscription.close()
-            with contextlib.suppress(Exception):
-                await asyncio.sleep(0)
 
     return app

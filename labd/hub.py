@@ -52,12 +52,12 @@ class EventHub:
             try:
                 sub.queue.put_nowait(event)
             except asyncio.QueueFull:
+                # Too slow: drop what it has not read and leave only the end marker.
                 sub.overflowed = True
                 sub.close()
-                with_room = sub.queue
-                while not with_room.empty():
-                    with_room.get_nowait()
-                with_room.put_nowait(None)
+                while not sub.queue.empty():
+                    sub.queue.get_nowait()
+                sub.queue.put_nowait(None)
         return event
 
     def subscribe(self, size: int = 10_000) -> tuple[dict[str, Any], Subscription]:
