@@ -111,6 +111,11 @@ def create_app(daemon: Daemon) -> FastAPI:
         raise HTTPException(404, f"no instrument {instrument!r}; instruments: "
                                  f"{', '.join(daemon.drivers)}")
 
+    @app.get("/v1/hosts")
+    async def hosts() -> list[dict[str, Any]]:
+        """GPU hosts as their agents report them (status, heartbeat, each GPU's health)."""
+        return [h.as_dict() for h in daemon.hosts.hosts.values()]
+
     @app.get("/v1/switches/{switch}")
     async def switch_state(switch: str) -> dict[str, Any]:
         sw = engine.switch(switch)

@@ -111,6 +111,7 @@ class MqttBridge:
             await client.publish(f"{self.prefix}/daemon", "online", qos=1, retain=True)
             await self._publish_state(client, snapshot)
             await client.subscribe(f"{self.prefix}/command/+")
+            await client.subscribe(f"{self.prefix}/hosts/+/+")
             self.connected.set()
             async with self._session_started:
                 self.sessions += 1
@@ -156,7 +157,13 @@ class MqttBridge:
     async def _commands(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
             topic = str(message.topic)
-            switch = topic.rsplit("/", 1)[-1]
+            parts = topic.split("/")
+            if len(parts) == 5 and parts[2] == "hosts":  # labd/<lab>/hosts/<host>/<kind>
+                payload = message.payload if isinstance(message.payload, bytes) else str(
+                    message.payload).encode()
+                self.daemon.hosts.handle(parts[3], parts[4], payload)
+                continue
+            switch = parts[-1]
             reply = await self.handle(switch, message.payload)
             await client.publish(f"{topic}/result", json.dumps(reply), qos=1)
 

@@ -150,6 +150,43 @@ def run_daemon(
 
 
 @app.command()
+def agent(
+    host: Annotated[str, typer.Option(help="This host's id, as in the lab file's [[host]].")],
+    mqtt: Annotated[str, typer.Option(help="The lab's MQTT broker, mqtt://HOST[:PORT].")],
+    lab: Annotated[str, typer.Option(help="The lab's name (the [lab] name).")],
+    backend: Annotated[str, typer.Option(help="nvidia-smi, or emulated.")] = "nvidia-smi",
+    gpus: Annotated[int | None, typer.Option(
+        min=0, max=64, help="GPUs this host should have (missing ones count as failed); "
+                            "with --backend emulated, how many to emulate.")] = None,
+    interval: Annotated[float, typer.Option(min=0.05, max=60,
+                                            help="Heartbeat interval, seconds.")] = 1.0,
+) -> None:
+    """The GPU-host agent: reports GPU health and heartbeats to the daemon over MQTT."""
+    from labd.agent.agent import Agent, run_agent
+    from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
+
+    chosen: Backend
+    if backend == "emulated":
+        chosen = EmulatedBackend(count=gpus if gpus is not None else 8)
+    elif backend == "nvidia-smi":
+        chosen = SmiBackend()
+    else:
+        raise _fail(f"backend {backend!r}: expected nvidia-smi or emulated")
+    try:
+        runner = Agent(lab=lab, host=host, mqtt=mqtt, backend=chosen, interval=interval,
+                       expected_gpus=gpus)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt} every "
+                  f"{interval:g} s ({backend})")
+
+    async def serve(stop: asyncio.Event) -> None:
+        await run_agent(runner, stop)
+
+    _run_until_signalled("the agent", serve)
+
+
+@app.command()
 def emulate(
     lab: Annotated[str, typer.Argument(help="Lab file path, or a packaged lab name (demo).")],
     control_port: Annotated[int, typer.Option(min=0, max=65535,

@@ -25,6 +25,7 @@ from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.drivers import make_driver
 from labd.engine import Engine
+from labd.hosts import HostMonitor
 from labd.hub import EventHub
 from labd.labfile import Lab
 from labd.store.store import Store, connection_row
@@ -79,6 +80,7 @@ class Daemon:
         meters = {k: d for k, d in self.drivers.items() if isinstance(d, PowerMeter)}
         self.engine = Engine(lab, switches, meters, self.store, self.hub,
                              light_window_s=light_window_s)
+        self.hosts = HostMonitor(self.hub, [h.id for h in lab.host])
         self.url = ""
         self.bus = None
         if mqtt:
@@ -105,6 +107,7 @@ class Daemon:
 
     def snapshot(self) -> dict[str, Any]:
         return {"instruments": self.instruments_state(),
+                "hosts": [h.as_dict() for h in self.hosts.hosts.values()],
                 "intended": {k: [[a, b] for a, b in sorted(v.items())]
                              for k, v in self.engine.intended.items()}}
 
@@ -147,6 +150,7 @@ class Daemon:
                                                   cause="restore", verify_light=False)
                     report.restored.append(name)
         await self._serve()
+        self.hosts.start()
         if self.bus is not None:
             self.bus.start()
         return report
@@ -171,6 +175,7 @@ class Daemon:
     async def stop(self) -> None:
         if self.bus is not None:
             await self.bus.stop()
+        await self.hosts.stop()
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):

@@ -106,3 +106,11 @@ async def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None
     assert code == 2 and "no scheme" in err and "Traceback" not in err
     code, out, err = await run("probe", "tcp://127.0.0.1:1", "-c", "*IDN?")
     assert code == 2 and "cannot open" in out and "Traceback" not in err + out
+
+
+async def test_agent_and_run_refuse_a_bad_broker_address() -> None:
+    code, _, err = await run("agent", "--host", "a", "--lab", "l", "--mqtt", "nonsense:x")
+    assert code == 2 and "the port must be a number" in err and "Traceback" not in err
+    code, _, err = await run("agent", "--host", "a", "--lab", "l", "--mqtt", "mqtt://h",
+                             "--backend", "rocm")
+    assert code == 2 and "expected nvidia-smi or emulated" in err

@@ -1,0 +1,108 @@
+"""``labd agent``: runs on each GPU host and reports over MQTT.
+
+Topics (``<lab>`` and ``<host>`` as in the lab file):
+
+``labd/<lab>/hosts/<host>/status``     retained: ``online``; ``offline`` as the last will
+``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts
+``labd/<lab>/hosts/<host>/events``     when a GPU's verdict changes
+
+The daemon reads them: a GPU that turns ``failed`` is a failure report; a host whose status
+goes ``offline`` or whose heartbeats stop for 1.5 intervals is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+import aiomqtt
+
+from labd.agent.backends import Backend
+from labd.agent.health import Health, Verdict, classify_host
+from labd.agent.smi import SmiError
+from labd.bus import parse_url
+
+
+class Agent:
+    def __init__(self, *, lab: str, host: str, mqtt: str, backend: Backend,
+                 interval: float = 1.0, expected_gpus: int | None = None) -> None:
+        self.lab, self.host = lab, host
+        self.broker = parse_url(mqtt)
+        self.backend = backend
+        self.interval = interval
+        self.expected = expected_gpus
+        self.prefix = f"labd/{lab}/hosts/{host}"
+        self.verdicts: dict[int, Verdict] = {}
+        self.beats = 0
+        self.ready = asyncio.Event()
+
+    async def snapshot(self) -> dict[str, Any]:
+        try:
+            gpus, lost = await self.backend.gpus()
+            error = None
+        except SmiError as exc:
+            gpus, lost, error = [], exc.lost, str(exc)
+        verdicts = classify_host(gpus, self.expected)
+        by_index = {g.index: g for g in gpus}
+        return {
+            "host": self.host, "at_ns": time.monotonic_ns(), "lost_gpu": lost,
+            "error": error, "interval_s": self.interval,
+            "gpus": [{"index": i, "health": v.health.value, "reasons": list(v.reasons),
+                      "uuid": by_index[i].uuid if i in by_index else None}
+                     for i, v in sorted(verdicts.items())],
+            "_verdicts": verdicts,
+        }
+
+    async def run(self) -> None:
+        """Report until cancelled; reconnect to the broker by itself."""
+        will = aiomqtt.Will(f"{self.prefix}/status", "offline", qos=1, retain=True)
+        delay = 0.1
+        while True:
+            try:
+                async with aiomqtt.Client(*self.broker, will=will,
+                                          identifier=f"labd-agent-{self.host}") as client:
+                    delay = 0.1
+                    await client.publish(f"{self.prefix}/status", "online", qos=1, retain=True)
+                    self.ready.set()
+                    try:
+                        await self._report(client)
+                    except asyncio.CancelledError:
+                        # A clean stop sends no last will: say it ourselves.
+                        with contextlib.suppress(aiomqtt.MqttError):
+                            await client.publish(f"{self.prefix}/status", "offline", qos=1,
+                                                 retain=True)
+                        raise
+            except aiomqtt.MqttError:
+                self.ready.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _report(self, client: aiomqtt.Client) -> None:
+        while True:
+            snap = await self.snapshot()
+            verdicts: dict[int, Verdict] = snap.pop("_verdicts")
+            for index, verdict in sorted(verdicts.items()):
+                before = self.verdicts.get(index)
+                if before is None or before.health != verdict.health:
+                    await client.publish(f"{self.prefix}/events", json.dumps({
+                        "host": self.host, "gpu": index, "health": verdict.health.value,
+                        "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
+                        "was": before.health.value if before else None}), qos=1)
+            self.verdicts = verdicts
+            await client.publish(f"{self.prefix}/heartbeat", json.dumps(snap), qos=0)
+            self.beats += 1
+            await asyncio.sleep(self.interval)
+
+    def failed(self) -> list[int]:
+        return [i for i, v in self.verdicts.items() if v.health is Health.FAILED]
+
+
+async def run_agent(agent: Agent, stop: asyncio.Event) -> None:
+    task = asyncio.create_task(agent.run(), name=f"agent-{agent.host}")
+    await stop.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
