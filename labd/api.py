@@ -268,8 +268,12 @@ def create_app(daemon: Daemon) -> FastAPI:
             await socket.send_json({"kind": "snapshot", **snapshot})
             while True:
                 event = await subscription.next()
-                if event is None:  # fell behind: the client resyncs from a new snapshot
-                    await socket.close(code=1013, reason="too slow; reconnect for a snapshot")
+                if event is None:  # fell behind, or the daemon is stopping
+                    if subscription.overflowed:
+                        await socket.close(code=1013,
+                                           reason="too slow; reconnect for a snapshot")
+                    else:
+                        await socket.close(code=1001, reason="the daemon is stopping")
                     return
                 await socket.send_json(event.as_dict())
         except (WebSocketDisconnect, RuntimeError):

@@ -176,6 +176,7 @@ class Daemon:
         if self.bus is not None:
             await self.bus.stop()
         await self.hosts.stop()
+        self.hub.close()  # WebSocket clients are told, so the server can finish at once
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):

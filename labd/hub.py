@@ -6,6 +6,7 @@ resyncs from a fresh snapshot."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -59,6 +60,13 @@ class EventHub:
                     sub.queue.get_nowait()
                 sub.queue.put_nowait(None)
         return event
+
+    def close(self) -> None:
+        """End every subscription (the daemon is stopping): each gets the end marker."""
+        for sub in list(self._subscribers):
+            sub.close()
+            with contextlib.suppress(asyncio.QueueFull):
+                sub.queue.put_nowait(None)
 
     def subscribe(self, size: int = 10_000) -> tuple[dict[str, Any], Subscription]:
         """A snapshot and the subscription that continues from it (no event lost between)."""
