@@ -7,10 +7,15 @@ import json
 import signal
 import socket
 import sys
+import uuid
 from pathlib import Path
 
+import aiomqtt
 import httpx
 import sqlalchemy
+import websockets
+
+from tests.test_bus import require_broker
 
 LAB = """
 [lab]
@@ -125,13 +130,6 @@ async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Pa
     """The HIL-CI shape: labd emulate (TCP and a pty), labd run on the resolved lab with
     Mosquitto and SQLite; API requests reach the emulators; the record agrees with the
     ground truth; events arrive on the WebSocket and on MQTT."""
-    import uuid
-
-    import aiomqtt
-    import websockets
-
-    from tests.test_bus import require_broker
-
     require_broker()
     name = f"hil{uuid.uuid4().hex[:8]}"
     lab_file = tmp_path / "lab.toml"

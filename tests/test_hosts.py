@@ -6,6 +6,7 @@ import json
 import uuid
 from pathlib import Path
 
+import aiomqtt
 import httpx
 
 from labd.agent.agent import Agent
@@ -114,8 +115,6 @@ nics = ["c.nic0"]
         sub.close()
         await daemon.stop()
         await proxy.stop()
-        import aiomqtt
-
         async with aiomqtt.Client(*BROKER) as cleaner:
             for host in agents:
                 await cleaner.publish(f"labd/{name}/hosts/{host}/status", b"", retain=True)
