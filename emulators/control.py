@@ -13,6 +13,10 @@
     PUT    /v1/emulators/{id}/power           {"on": false} cuts power, {"on": true} boots
     POST   /v1/emulators/{id}/reset           back to power-on defaults
     POST   /v1/reset                          reset every emulator
+    GET    /v1/hosts                          emulated GPU hosts
+    POST   /v1/hosts/{id}/fail                {"gpu": N, "signal": "xid79"|"ecc"|"lost"|...}
+    POST   /v1/hosts/{id}/heal?gpu=N          undo (all GPUs without gpu)
+    POST   /v1/hosts/{id}/kill                the host dies: no more heartbeats
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ class FaultBody(BaseModel):
 class PowerBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     on: bool
+
+
+class GpuFaultBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu: int = Field(ge=0)
+    signal: str
 
 
 class TimingBody(BaseModel):
@@ -108,6 +118,28 @@ def create_app(lab: EmulatedLab) -> FastAPI:
     async def reset_one(emulator_id: str) -> dict[str, Any]:
         lab.reset(emulator_id)
         return lab.describe(emulator_id)
+
+    @app.get("/v1/hosts")
+    async def hosts() -> list[dict[str, Any]]:
+        return [h.describe() for h in lab.hosts.values()]
+
+    @app.post("/v1/hosts/{host_id}/fail")
+    async def fail_gpu(host_id: str, body: GpuFaultBody) -> dict[str, Any]:
+        host = lab.host(host_id)
+        host.fail(body.gpu, body.signal)
+        return host.describe()
+
+    @app.post("/v1/hosts/{host_id}/heal")
+    async def heal(host_id: str, gpu: int | None = None) -> dict[str, Any]:
+        host = lab.host(host_id)
+        host.heal(gpu)
+        return host.describe()
+
+    @app.post("/v1/hosts/{host_id}/kill")
+    async def kill(host_id: str) -> dict[str, Any]:
+        host = lab.host(host_id)
+        await host.kill()
+        return host.describe()
 
     @app.post("/v1/reset")
     async def reset_all() -> dict[str, str]:

@@ -21,6 +21,16 @@ from emulators.thorlabs import ThorlabsMeter, ThorlabsOptions
 from emulators.timing import TimingModel
 
 
+class HostControl(Protocol):
+    """An emulated GPU host, as the control endpoint drives it (the host itself is played
+    by whoever registered it)."""
+
+    def fail(self, gpu: int, signal: str) -> None: ...
+    def heal(self, gpu: int | None) -> None: ...
+    async def kill(self) -> None: ...
+    def describe(self) -> dict[str, Any]: ...
+
+
 class Device(Protocol):
     """An emulated instrument. Switches also have ``model`` (a SwitchModel), meters
     ``meter`` (a MeterModel)."""
@@ -125,6 +135,8 @@ class EmulatedLab:
         self.control_url = ""
         self._control_server: Any = None
         self.powered: dict[str, bool] = {}
+        self.hosts: dict[str, HostControl] = {}
+        """Emulated GPU hosts, registered by whoever plays them."""
 
     def _wire(self, spec: OpticsSpec) -> OpticalModel:
         optics = OpticalModel(spec.endpoints, spec.fibers, threshold_dbm=spec.threshold_dbm)
@@ -281,6 +293,13 @@ class EmulatedLab:
                 await endpoint.stop()
         self.powered[emulator_id] = on
         return self.describe(emulator_id)
+
+    def host(self, host_id: str) -> HostControl:
+        try:
+            return self.hosts[host_id]
+        except KeyError:
+            raise KeyError(f"no emulated host {host_id!r}; hosts: "
+                           f"{', '.join(sorted(self.hosts)) or 'none'}") from None
 
     def clear_faults(self, emulator_id: str) -> None:
         device = self.device(emulator_id)

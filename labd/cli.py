@@ -194,25 +194,39 @@ def emulate(
                                                    "(0 picks a free one).")] = 0,
     resolved: Annotated[Path | None, typer.Option(
         help="Also write a copy of the lab file pointing at the emulators.")] = None,
+    mqtt: Annotated[str | None, typer.Option(
+        help="MQTT broker the emulated GPU hosts' agents report to, mqtt://HOST[:PORT].")]
+    = None,
 ) -> None:
-    """Start an emulator for every `emulate = true` instrument. Prints one JSON line per
-    emulator, then {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
-    from labd.emulate import emulated_lab, endpoint_of, write_resolved
+    """Start an emulator for every `emulate = true` instrument (and an agent with emulated
+    GPUs for every `emulate = true` host). Prints one JSON line per emulator, then
+    {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
+    from labd.emulate import emulated_hosts, emulated_lab, endpoint_of, write_resolved
 
     loaded = _load(lab)
 
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded, control_port=control_port)
+        hosts = emulated_hosts(loaded, mqtt)
         async with emulated:
             for entry in entries:
                 line = {"id": entry.id, "driver": entry.driver,
                         "endpoint": endpoint_of(emulated, entry),
                         "interfaces": emulated.endpoints[entry.id]}
                 print(json.dumps(line), flush=True)
+            for host in hosts:
+                host.start()
+                emulated.hosts[host.id] = host
+                print(json.dumps({"id": host.id, "driver": "agent", "endpoint": mqtt}),
+                      flush=True)
             if resolved is not None:
                 write_resolved(loaded, emulated, entries, resolved)
             print(json.dumps({"ready": True, "control": emulated.control_url}), flush=True)
-            await stop.wait()
+            try:
+                await stop.wait()
+            finally:
+                for host in hosts:
+                    await host.stop()
 
     _run_until_signalled("the emulators", serve)
 

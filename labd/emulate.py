@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -9,9 +11,12 @@ from urllib.parse import urlsplit
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
 from emulators.optics import EndpointSpec, FiberSpec
 from instruments.switch import parse_size
+from labd.agent.agent import Agent
+from labd.agent.backends import EmulatedBackend
 from labd.errors import LabFileError
 from labd.labfile import (
     CalientTl1Entry,
+    HostEntry,
     Instrument,
     KeysightEntry,
     Lab,
@@ -107,3 +112,51 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
             item["address"] = endpoint_of(emulated, entry)
             item["emulate"] = False
     target.write_text(tomli_w.dumps(data), encoding="utf-8")
+
+
+class EmulatedHost:
+    """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
+
+    def __init__(self, lab: str, host: HostEntry, mqtt: str) -> None:
+        self.id = host.id
+        self.backend = EmulatedBackend(count=host.gpus)
+        self.agent = Agent(lab=lab, host=host.id, mqtt=mqtt, backend=self.backend,
+                           interval=host.heartbeat_s, expected_gpus=host.gpus)
+        self.task: asyncio.Task[None] | None = None
+        self.alive = False
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.agent.run(), name=f"host-{self.id}")
+        self.alive = True
+
+    def fail(self, gpu: int, signal: str) -> None:
+        self.backend.fail(gpu, signal)  # ValueError names what is wrong
+
+    def heal(self, gpu: int | None) -> None:
+        self.backend.heal(gpu)
+
+    async def kill(self) -> None:
+        """The host dies mid-stride: its reports just stop."""
+        self.backend.frozen = True
+        self.alive = False
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "alive": self.alive, "gpus": self.backend.count,
+                "failures": {str(k): v for k, v in self.backend.failures.items()},
+                "heartbeats": self.agent.beats}
+
+
+def emulated_hosts(lab: Lab, mqtt: str | None) -> list[EmulatedHost]:
+    """The lab's ``emulate = true`` hosts; they need a broker to report to."""
+    wanted = [h for h in lab.host if h.emulate]
+    if wanted and not mqtt:
+        raise LabFileError(lab.source, [
+            f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
+            "emulate = true: give labd emulate --mqtt URL for their agents to report to"])
+    return [EmulatedHost(lab.lab.name, h, mqtt or "") for h in wanted]

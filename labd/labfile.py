@@ -250,6 +250,10 @@ class HostEntry(Strict):
     """Endpoint ids of this host's NIC ports."""
     gpus: int = Field(default=8, ge=0, le=64)
     rack: str = ""
+    emulate: bool = False
+    """``labd emulate --mqtt URL`` plays this host: an agent with emulated GPUs."""
+    heartbeat_s: float = Field(default=1.0, gt=0, le=60)
+    """The agent's heartbeat interval."""
 
 
 class JobEntry(Strict):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -37,6 +38,8 @@ class EmulatedBackend:
     count: int = 8
     seed: int = 0
     failures: dict[int, str] = field(default_factory=dict)
+    frozen: bool = False
+    """A hung host: reads never return (no more heartbeats)."""
 
     def fail(self, gpu: int, signal: str) -> None:
         if signal not in SIGNALS:
@@ -52,6 +55,8 @@ class EmulatedBackend:
             self.failures.pop(gpu, None)
 
     async def gpus(self) -> tuple[list[GpuStatus], bool]:
+        if self.frozen:
+            await asyncio.Event().wait()  # never: the host is gone
         rng = random.Random(self.seed)
         out = []
         for index in range(self.count):

@@ -1,0 +1,100 @@
+"""Emulated GPU hosts under `labd emulate`: their agents report to the daemon over the real
+broker; the control endpoint fails a GPU and kills a host."""
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import aiomqtt
+import httpx
+
+from labd.daemon import Daemon
+from labd.hub import Event
+from labd.labfile import load_lab
+from tests.test_bus import BROKER, require_broker
+
+
+async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await sub.next()
+            if event is not None and event.kind == kind:
+                return event
+
+
+async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
+    require_broker()
+    name = f"eh{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "lab.toml"
+    path.write_text(f"""
+[lab]
+name = "{name}"
+[[endpoint]]
+id = "h0.nic0"
+[[endpoint]]
+id = "h1.nic0"
+[[host]]
+id = "h0"
+nics = ["h0.nic0"]
+gpus = 4
+emulate = true
+heartbeat_s = 0.2
+[[host]]
+id = "h1"
+nics = ["h1.nic0"]
+gpus = 2
+emulate = true
+heartbeat_s = 0.2
+""")
+    lab = load_lab(path)
+    daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
+                    mqtt="mqtt://127.0.0.1:1883")
+    await daemon.start()
+    _, sub = daemon.hub.subscribe()
+    assert daemon.bus is not None
+    await daemon.bus.wait_sessions(1, timeout=10)
+    emulator = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "emulate", str(path), "--mqtt", "mqtt://127.0.0.1:1883",
+        stdout=asyncio.subprocess.PIPE)
+    assert emulator.stdout is not None
+    try:
+        lines = []
+        while not lines or "ready" not in lines[-1]:
+            lines.append(json.loads(await asyncio.wait_for(emulator.stdout.readline(), 30)))
+        assert [(x["id"], x["driver"]) for x in lines[:-1]] == [("h0", "agent"),
+                                                               ("h1", "agent")]
+        control = lines[-1]["control"]
+        seen = set()
+        while len(seen) < 6:  # every GPU announced healthy
+            event = await next_event(sub, "gpu.health")
+            seen.add((event.data["host"], event.data["gpu"]))
+        async with httpx.AsyncClient(base_url=control) as http:
+            r = await http.post("/v1/hosts/h0/fail", json={"gpu": 1, "signal": "ecc"})
+            assert r.status_code == 200 and r.json()["failures"] == {"1": "ecc"}
+            failed = await next_event(sub, "gpu.health")
+            assert (failed.data["host"], failed.data["gpu"], failed.data["health"]) == (
+                "h0", 1, "failed")
+            bad = await http.post("/v1/hosts/h0/fail", json={"gpu": 9, "signal": "ecc"})
+            assert bad.status_code == 422 and "GPUs 0..3" in bad.text
+            bad = await http.post("/v1/hosts/h0/fail", json={"gpu": 0, "signal": "gremlins"})
+            assert bad.status_code == 422 and "expected one of" in bad.text
+            assert (await http.post("/v1/hosts/h9/kill")).status_code == 404
+            await http.post("/v1/hosts/h1/kill")
+            lost = await next_event(sub, "host.lost")
+            assert (lost.data["host"], lost.data["status"]) == ("h1", "lost")
+        async with httpx.AsyncClient(base_url=daemon.url) as api:
+            hosts = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
+        assert hosts["h0"]["status"] == "online" and hosts["h1"]["status"] == "lost"
+        assert [g["health"] for g in hosts["h0"]["gpus"]] == [
+            "healthy", "failed", "healthy", "healthy"]
+    finally:
+        emulator.terminate()
+        await emulator.wait()
+        sub.close()
+        await daemon.stop()
+        async with aiomqtt.Client(*BROKER) as cleaner:
+            for host in ("h0", "h1"):
+                await cleaner.publish(f"labd/{name}/hosts/{host}/status", b"", retain=True)
+            await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
