@@ -17,6 +17,7 @@
     POST   /v1/hosts/{id}/fail                {"gpu": N, "signal": "xid79"|"ecc"|"lost"|...}
     POST   /v1/hosts/{id}/heal?gpu=N          undo (all GPUs without gpu)
     POST   /v1/hosts/{id}/kill                the host dies: no more heartbeats
+    POST   /v1/hosts/{id}/nics/{nic}          {"up": false} takes a NIC's link down
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class GpuFaultBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpu: int = Field(ge=0)
     signal: str
+
+
+class NicBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    up: bool
 
 
 class TimingBody(BaseModel):
@@ -133,6 +139,12 @@ def create_app(lab: EmulatedLab) -> FastAPI:
     async def heal(host_id: str, gpu: int | None = None) -> dict[str, Any]:
         host = lab.host(host_id)
         host.heal(gpu)
+        return host.describe()
+
+    @app.post("/v1/hosts/{host_id}/nics/{nic}")
+    async def nic(host_id: str, nic: str, body: NicBody) -> dict[str, Any]:
+        host = lab.host(host_id)
+        host.nic_down(nic, not body.up)
         return host.describe()
 
     @app.post("/v1/hosts/{host_id}/kill")

@@ -27,6 +27,7 @@ class HostControl(Protocol):
 
     def fail(self, gpu: int, signal: str) -> None: ...
     def heal(self, gpu: int | None) -> None: ...
+    def nic_down(self, nic: str, down: bool) -> None: ...
     async def kill(self) -> None: ...
     def describe(self) -> dict[str, Any]: ...
 
@@ -140,6 +141,8 @@ class EmulatedLab:
 
     def _wire(self, spec: OpticsSpec) -> OpticalModel:
         optics = OpticalModel(spec.endpoints, spec.fibers, threshold_dbm=spec.threshold_dbm)
+        # Light reaching an endpoint is ground truth too (a NIC's link follows it).
+        optics.watched.update(e.id for e in spec.endpoints)
         for name, device in self.devices.items():
             switch = switch_of(device)
             if switch is not None:

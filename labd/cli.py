@@ -207,7 +207,7 @@ def emulate(
 
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded, control_port=control_port)
-        hosts = emulated_hosts(loaded, mqtt)
+        hosts = emulated_hosts(loaded, mqtt, emulated)
         async with emulated:
             for entry in entries:
                 line = {"id": entry.id, "driver": entry.driver,

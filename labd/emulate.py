@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,6 +14,7 @@ from emulators.optics import EndpointSpec, FiberSpec
 from instruments.switch import parse_size
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
+from labd.agent.nics import EmulatedNics
 from labd.errors import LabFileError
 from labd.labfile import (
     CalientTl1Entry,
@@ -117,11 +119,16 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
 class EmulatedHost:
     """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
 
-    def __init__(self, lab: str, host: HostEntry, mqtt: str) -> None:
+    def __init__(self, lab: Lab, host: HostEntry, mqtt: str,
+                 light_dbm: Callable[[str], float] | None) -> None:
         self.id = host.id
         self.backend = EmulatedBackend(count=host.gpus)
-        self.agent = Agent(lab=lab, host=host.id, mqtt=mqtt, backend=self.backend,
-                           interval=host.heartbeat_s, expected_gpus=host.gpus)
+        # NIC links follow the light the optical model delivers to the host's endpoints.
+        self.nics = EmulatedNics(host.nics, light_dbm,
+                                 threshold_dbm=lab.lab.light_threshold_dbm,
+                                 link_up_s=host.link_up_ms / 1000) if light_dbm else None
+        self.agent = Agent(lab=lab.lab.name, host=host.id, mqtt=mqtt, backend=self.backend,
+                           interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics)
         self.task: asyncio.Task[None] | None = None
         self.alive = False
 
@@ -146,17 +153,27 @@ class EmulatedHost:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
+    def nic_down(self, nic: str, down: bool) -> None:
+        if self.nics is None or nic not in self.nics.endpoints:
+            raise ValueError(f"host {self.id} has no emulated NIC {nic!r}")
+        if down:
+            self.nics.down.add(nic)
+        else:
+            self.nics.down.discard(nic)
+
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "alive": self.alive, "gpus": self.backend.count,
                 "failures": {str(k): v for k, v in self.backend.failures.items()},
-                "heartbeats": self.agent.beats}
+                "heartbeats": self.agent.beats, "links": dict(self.agent.links)}
 
 
-def emulated_hosts(lab: Lab, mqtt: str | None) -> list[EmulatedHost]:
+def emulated_hosts(lab: Lab, mqtt: str | None,
+                   emulated: EmulatedLab | None = None) -> list[EmulatedHost]:
     """The lab's ``emulate = true`` hosts; they need a broker to report to."""
     wanted = [h for h in lab.host if h.emulate]
     if wanted and not mqtt:
         raise LabFileError(lab.source, [
             f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
             "emulate = true: give labd emulate --mqtt URL for their agents to report to"])
-    return [EmulatedHost(lab.lab.name, h, mqtt or "") for h in wanted]
+    light = emulated.power_now if emulated is not None and emulated.optics else None
+    return [EmulatedHost(lab, h, mqtt or "", light) for h in wanted]

@@ -24,11 +24,13 @@ class HostState:
     last_beat_ns: int | None = None
     interval_s: float | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    nics: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "last_beat_ns": self.last_beat_ns,
-                "interval_s": self.interval_s, "gpus": self.gpus, "error": self.error}
+                "interval_s": self.interval_s, "gpus": self.gpus, "nics": self.nics,
+                "error": self.error}
 
 
 class HostMonitor:
@@ -74,8 +76,18 @@ class HostMonitor:
             interval = data.get("interval_s")
             state.interval_s = float(interval) if isinstance(interval, int | float) else None
             state.gpus, state.error = gpus, data.get("error")
+            nics = data.get("nics")
+            if isinstance(nics, dict):
+                state.nics = {str(k): bool(v) for k, v in nics.items()}
             if state.status != "online":
                 self._set_status(state, "online")
+        elif kind == "events" and "nic" in data:
+            if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
+                self._bad(host, kind, "a NIC event needs 'nic' (a name) and 'up' (true/false)")
+                return
+            state.nics[data["nic"]] = data["up"]
+            self.hub.publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
+                                          "was": data.get("was"), "at_ns": data.get("at_ns")})
         elif kind == "events":
             if data.get("health") not in ("healthy", "degraded", "failed") or not isinstance(
                     data.get("gpu"), int):

@@ -254,6 +254,8 @@ class HostEntry(Strict):
     """``labd emulate --mqtt URL`` plays this host: an agent with emulated GPUs."""
     heartbeat_s: float = Field(default=1.0, gt=0, le=60)
     """The agent's heartbeat interval."""
+    link_up_ms: float = Field(default=0.0, ge=0, le=60_000)
+    """Emulation: how long light must arrive before a NIC's link comes up."""
 
 
 class JobEntry(Strict):

@@ -11,6 +11,7 @@ import aiomqtt
 import httpx
 
 from labd.daemon import Daemon
+from labd.emulate import emulated_hosts, emulated_lab, endpoint_of
 from labd.hub import Event
 from labd.labfile import load_lab
 from tests.test_bus import BROKER, require_broker
@@ -98,3 +99,93 @@ heartbeat_s = 0.2
             for host in ("h0", "h1"):
                 await cleaner.publish(f"labd/{name}/hosts/{host}/status", b"", retain=True)
             await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
+
+
+async def test_nic_links_follow_the_light(tmp_path: Path) -> None:
+    require_broker()
+
+    name = f"nic{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "lab.toml"
+    path.write_text(f"""
+[lab]
+name = "{name}"
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+switch_time_ms = 10
+jitter_ms = 0
+[[endpoint]]
+id = "h0.nic0"
+launch_dbm = 0
+[[endpoint]]
+id = "h1.nic0"
+launch_dbm = 0
+[[fiber]]
+from = "h0.nic0"
+to = "ocs1:1"
+[[fiber]]
+from = "ocs1:9"
+to = "h1.nic0"
+[[host]]
+id = "h0"
+nics = ["h0.nic0"]
+gpus = 1
+emulate = true
+heartbeat_s = 0.2
+[[host]]
+id = "h1"
+nics = ["h1.nic0"]
+gpus = 1
+emulate = true
+heartbeat_s = 0.2
+link_up_ms = 20
+""")
+    lab = load_lab(path)
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
+                        mqtt="mqtt://127.0.0.1:1883")
+        await daemon.start()
+        _, sub = daemon.hub.subscribe()
+        assert daemon.bus is not None
+        await daemon.bus.wait_sessions(1, timeout=10)
+        hosts = emulated_hosts(lab, "mqtt://127.0.0.1:1883", emulated)
+        for host in hosts:
+            host.start()
+            emulated.hosts[host.id] = host
+        try:
+            first = await next_event(sub, "nic.link")  # each NIC reports its first state
+            second = await next_event(sub, "nic.link")
+            assert {(e.data["nic"], e.data["up"]) for e in (first, second)} == {
+                ("h0.nic0", False), ("h1.nic0", False)}
+            async with httpx.AsyncClient(base_url=daemon.url,
+                                         headers={"Authorization": "Bearer t"}) as http:
+                r = await http.post("/v1/circuits", json={"from": "h0.nic0", "to": "h1.nic0"})
+                assert r.status_code == 200, r.text
+            up = await next_event(sub, "nic.link")
+            assert (up.data["host"], up.data["nic"], up.data["up"]) == ("h1", "h1.nic0", True)
+            (light,) = [c for c in emulated.light() if c["node"] == "h1.nic0"]
+            # The link came up no sooner than the light arrived plus the link-up delay.
+            assert up.data["at_ns"] >= light["at_ns"] + 20_000_000
+            async with httpx.AsyncClient(base_url=emulated.control_url) as ctl:
+                await ctl.post("/v1/hosts/h1/nics/h1.nic0", json={"up": False})
+            down = await next_event(sub, "nic.link")
+            assert (down.data["nic"], down.data["up"]) == ("h1.nic0", False)
+            async with httpx.AsyncClient(base_url=daemon.url) as api:
+                state = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
+            assert state["h1"]["nics"] == {"h1.nic0": False}
+        finally:
+            for host in hosts:
+                await host.stop()
+            sub.close()
+            await daemon.stop()
+            async with aiomqtt.Client(*BROKER) as cleaner:
+                for host_id in ("h0", "h1"):
+                    await cleaner.publish(f"labd/{name}/hosts/{host_id}/status", b"",
+                                          retain=True)
+                await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
+

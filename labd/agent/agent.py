@@ -22,13 +22,15 @@ import aiomqtt
 
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
+from labd.agent.nics import Nics
 from labd.agent.smi import SmiError
 from labd.bus import parse_url
 
 
 class Agent:
     def __init__(self, *, lab: str, host: str, mqtt: str, backend: Backend,
-                 interval: float = 1.0, expected_gpus: int | None = None) -> None:
+                 interval: float = 1.0, expected_gpus: int | None = None,
+                 nics: Nics | None = None, nic_poll_s: float = 0.005) -> None:
         self.lab, self.host = lab, host
         self.broker = parse_url(mqtt)
         self.backend = backend
@@ -36,6 +38,9 @@ class Agent:
         self.expected = expected_gpus
         self.prefix = f"labd/{lab}/hosts/{host}"
         self.verdicts: dict[int, Verdict] = {}
+        self.nics = nics
+        self.nic_poll_s = nic_poll_s
+        self.links: dict[str, bool] = {}
         self.beats = 0
         self.ready = asyncio.Event()
 
@@ -68,7 +73,7 @@ class Agent:
                     await client.publish(f"{self.prefix}/status", "online", qos=1, retain=True)
                     self.ready.set()
                     try:
-                        await self._report(client)
+                        await self._session(client)
                     except asyncio.CancelledError:
                         # A clean stop sends no last will: say it ourselves.
                         with contextlib.suppress(aiomqtt.MqttError):
@@ -79,6 +84,15 @@ class Agent:
                 self.ready.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._report(client))
+                if self.nics is not None:
+                    group.create_task(self._watch_links(client))
+        except* aiomqtt.MqttError as errors:
+            raise errors.exceptions[0] from None  # the broker went away: reconnect
 
     async def _report(self, client: aiomqtt.Client) -> None:
         while True:
@@ -92,9 +106,25 @@ class Agent:
                         "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
                         "was": before.health.value if before else None}), qos=1)
             self.verdicts = verdicts
+            snap["nics"] = dict(self.links)
             await client.publish(f"{self.prefix}/heartbeat", json.dumps(snap), qos=0)
             self.beats += 1
             await asyncio.sleep(self.interval)
+
+    async def _watch_links(self, client: aiomqtt.Client) -> None:
+        """Poll carrier often (a link coming up is a recovery milestone worth timing) and
+        report each change at once."""
+        assert self.nics is not None
+        while True:
+            now = time.monotonic_ns()
+            for nic, up in self.nics.links().items():
+                if self.links.get(nic) != up:
+                    was = self.links.get(nic)
+                    self.links[nic] = up
+                    await client.publish(f"{self.prefix}/events", json.dumps({
+                        "host": self.host, "nic": nic, "up": up, "was": was, "at_ns": now}),
+                        qos=1)
+            await asyncio.sleep(self.nic_poll_s)
 
     def failed(self) -> list[int]:
         return [i for i, v in self.verdicts.items() if v.health is Health.FAILED]

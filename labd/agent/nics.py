@@ -1,0 +1,61 @@
+"""NIC link state for the agent: carrier from sysfs on a real host, light from the optical
+model in emulation (a link comes up only when light has been arriving for the link-up
+delay, as a transceiver needs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+
+class Nics(Protocol):
+    def links(self) -> dict[str, bool]:
+        """Each NIC (by endpoint id): is its link up?"""
+        ...
+
+
+class SysfsNics:
+    """``/sys/class/net/<iface>/carrier`` for each endpoint's interface."""
+
+    def __init__(self, interfaces: dict[str, str], root: str = "/sys/class/net") -> None:
+        self.interfaces = interfaces
+        self.root = Path(root)
+
+    def links(self) -> dict[str, bool]:
+        out = {}
+        for endpoint, iface in self.interfaces.items():
+            try:
+                out[endpoint] = (self.root / iface / "carrier").read_text().strip() == "1"
+            except OSError:  # an interface that is down reads as an error
+                out[endpoint] = False
+        return out
+
+
+class EmulatedNics:
+    """Link up once the light at the endpoint has stayed above ``threshold_dbm`` for
+    ``link_up_s``; down as soon as it drops."""
+
+    def __init__(self, endpoints: list[str], light_dbm: Callable[[str], float], *,
+                 threshold_dbm: float = -30.0, link_up_s: float = 0.0) -> None:
+        self.endpoints = endpoints
+        self.light_dbm = light_dbm
+        self.threshold = threshold_dbm
+        self.link_up_ns = int(link_up_s * 1e9)
+        self._lit_since: dict[str, int | None] = dict.fromkeys(endpoints)
+        self.down: set[str] = set()
+        """Endpoints forced down (a NIC-down fault)."""
+
+    def links(self) -> dict[str, bool]:
+        now = time.monotonic_ns()
+        out = {}
+        for endpoint in self.endpoints:
+            lit = endpoint not in self.down and self.light_dbm(endpoint) >= self.threshold
+            if not lit:
+                self._lit_since[endpoint] = None
+            elif self._lit_since[endpoint] is None:
+                self._lit_since[endpoint] = now
+            since = self._lit_since[endpoint]
+            out[endpoint] = since is not None and now - since >= self.link_up_ns
+        return out
