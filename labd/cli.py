@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from instruments.errors import InstrumentError
 from labd import __version__
@@ -36,7 +37,8 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {message}", highlight=False)
+    # escape: messages quote lab-file sections like [[instrument]], which are not markup
+    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -115,17 +117,21 @@ def run_daemon(
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
     from labd.daemon import Daemon, token_path
-    from labd.emulate import emulated_lab, endpoint_of
+    from labd.emulate import emulated_hosts, emulated_lab, endpoint_of
 
     loaded = _load(lab)
 
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded)
+        hosts = emulated_hosts(loaded, mqtt, emulated)
         async with emulated:
             addresses = {e.id: endpoint_of(emulated, e) for e in entries}
             daemon = Daemon(loaded, db=db, addresses=addresses, host=host, port=port,
                             token=token, restore=restore, mqtt=mqtt)
             report = await daemon.start()
+            for emulated_host in hosts:  # agents with emulated GPUs, once the daemon listens
+                emulated_host.start()
+                emulated.hosts[emulated_host.id] = emulated_host
             try:
                 console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
                               f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
@@ -142,8 +148,12 @@ def run_daemon(
                 where = "--token" if token else ("$LABD_TOKEN" if os.environ.get("LABD_TOKEN")
                                                  else str(token_path()))
                 console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
+                if hosts:
+                    console.print(f"  {len(hosts)} emulated GPU host(s) report to {mqtt}")
                 await stop.wait()
             finally:
+                for emulated_host in hosts:
+                    await emulated_host.stop()
                 await daemon.stop()
 
     _run_until_signalled("the daemon", serve)

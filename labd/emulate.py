@@ -174,6 +174,6 @@ def emulated_hosts(lab: Lab, mqtt: str | None,
     if wanted and not mqtt:
         raise LabFileError(lab.source, [
             f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
-            "emulate = true: give labd emulate --mqtt URL for their agents to report to"])
+            "emulate = true: their agents need a broker; give --mqtt URL"])
     light = emulated.power_now if emulated is not None and emulated.optics else None
     return [EmulatedHost(lab, h, mqtt or "", light) for h in wanted]

@@ -101,6 +101,7 @@ async def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None
     code, _, err = await run("emulate", str(bad))
     assert code == 2
     assert "error: the lab file has problems" in err and "'address' is required" in err
+    assert "[[instrument]] #1 (id 'a')" in err  # lab-file sections are not eaten as markup
     assert "Traceback" not in err
     code, _, err = await run("probe", "10.0.0.1:5025")
     assert code == 2 and "no scheme" in err and "Traceback" not in err
