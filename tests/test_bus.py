@@ -3,45 +3,22 @@ commands, and bad command payloads."""
 
 import asyncio
 import json
-import socket
-import uuid
 from pathlib import Path
 
 import aiomqtt
 import httpx
-import pytest
 
 from labd.daemon import Daemon
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import load_lab
+from tests.broker import BROKER, next_message, require_broker, unique_lab
 
-BROKER = ("127.0.0.1", 1883)
 TOKEN = "bus-token"
-
-
-def require_broker() -> None:
-    try:
-        socket.create_connection(BROKER, timeout=2).close()
-    except OSError:
-        pytest.fail("these tests need an MQTT broker on 127.0.0.1:1883 (Mosquitto; .ci/run "
-                    "starts one): none is listening")
-
-
-async def next_message(messages: aiomqtt.MessagesIterator, topic: str) -> aiomqtt.Message:
-    async with asyncio.timeout(10):
-        async for message in messages:
-            if message.topic.matches(topic):
-                return message
-    raise AssertionError("unreachable")
 
 
 async def test_events_state_liveness_and_commands(tmp_path: Path) -> None:
     require_broker()
-    name = f"bus{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "lab.toml"
-    path.write_text(f"""
-[lab]
-name = "{name}"
+    name, path = unique_lab(tmp_path, "bus", """
 [[instrument]]
 id = "ocs1"
 driver = "polatis-scpi"
@@ -148,8 +125,7 @@ class CuttableProxy:
 
 async def test_the_bridge_reconnects_by_itself(tmp_path: Path) -> None:
     require_broker()
-    path = tmp_path / "lab.toml"
-    path.write_text(f'[lab]\nname = "bus{uuid.uuid4().hex[:8]}"\n')
+    _, path = unique_lab(tmp_path, "bus")
     proxy = CuttableProxy()
     port = await proxy.start()
     daemon = Daemon(load_lab(path), db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,

@@ -7,7 +7,6 @@ import json
 import signal
 import socket
 import sys
-import uuid
 from pathlib import Path
 
 import aiomqtt
@@ -15,7 +14,7 @@ import httpx
 import sqlalchemy
 import websockets
 
-from tests.test_bus import require_broker
+from tests.broker import require_broker, unique_lab
 
 LAB = """
 [lab]
@@ -131,11 +130,7 @@ async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Pa
     Mosquitto and SQLite; API requests reach the emulators; the record agrees with the
     ground truth; events arrive on the WebSocket and on MQTT."""
     require_broker()
-    name = f"hil{uuid.uuid4().hex[:8]}"
-    lab_file = tmp_path / "lab.toml"
-    lab_file.write_text(f"""
-[lab]
-name = "{name}"
+    name, lab_file = unique_lab(tmp_path, "hil", """
 [[instrument]]
 id = "ocs1"
 driver = "polatis-scpi"

@@ -4,7 +4,6 @@ broker; the control endpoint fails a GPU and kills a host."""
 import asyncio
 import json
 import sys
-import uuid
 from pathlib import Path
 
 import aiomqtt
@@ -14,7 +13,7 @@ from labd.daemon import Daemon
 from labd.emulate import emulated_hosts, emulated_lab, endpoint_of
 from labd.hub import Event
 from labd.labfile import load_lab
-from tests.test_bus import BROKER, require_broker
+from tests.broker import BROKER, require_broker, unique_lab
 
 
 async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ignore[no-untyped-def]
@@ -27,11 +26,7 @@ async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ign
 
 async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
     require_broker()
-    name = f"eh{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "lab.toml"
-    path.write_text(f"""
-[lab]
-name = "{name}"
+    name, path = unique_lab(tmp_path, "eh", """
 [[endpoint]]
 id = "h0.nic0"
 [[endpoint]]
@@ -104,11 +99,7 @@ heartbeat_s = 0.2
 async def test_nic_links_follow_the_light(tmp_path: Path) -> None:
     require_broker()
 
-    name = f"nic{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "lab.toml"
-    path.write_text(f"""
-[lab]
-name = "{name}"
+    name, path = unique_lab(tmp_path, "nic", """
 [[instrument]]
 id = "ocs1"
 driver = "polatis-scpi"

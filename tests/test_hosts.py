@@ -3,7 +3,6 @@ hosts (by last will and by missed heartbeats)."""
 
 import asyncio
 import json
-import uuid
 from pathlib import Path
 
 import aiomqtt
@@ -14,7 +13,8 @@ from labd.agent.backends import EmulatedBackend
 from labd.daemon import Daemon
 from labd.hub import Event
 from labd.labfile import load_lab
-from tests.test_bus import BROKER, CuttableProxy, require_broker
+from tests.broker import BROKER, require_broker, unique_lab
+from tests.test_bus import CuttableProxy
 
 
 async def next_event(sub, kind: str, timeout: float = 10) -> Event:  # type: ignore[no-untyped-def]
@@ -38,11 +38,7 @@ class HangingBackend(EmulatedBackend):
 
 async def test_agents_health_failures_and_lost_hosts(tmp_path: Path) -> None:
     require_broker()
-    name = f"hosts{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "lab.toml"
-    path.write_text(f"""
-[lab]
-name = "{name}"
+    name, path = unique_lab(tmp_path, "hosts", """
 [[endpoint]]
 id = "a.nic0"
 [[endpoint]]
