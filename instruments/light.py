@@ -73,9 +73,9 @@ class LightWatch:
         end = self.started_ns + int(self.window_s * 1e9)
         await asyncio.sleep(max(0.0, (end - time.monotonic_ns()) / 1e9))
         for channel in self.channels:
-            # The meter only says "done" when asked; ask at a tenth of the sample rate.
-            while not await self.meter.logging_complete(channel):  # noqa: ASYNC110
-                await asyncio.sleep(self.resolution_s * 10)
+            # Ask at a tenth of the sample rate; allow the whole window again for stragglers.
+            await self.meter.wait_logging(channel, poll_s=self.resolution_s * 10,
+                                          timeout_s=self.window_s + 1.0)
         found: dict[int, int] = {}
         missing: list[str] = []
         for channel in self.channels:

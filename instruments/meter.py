@@ -7,13 +7,14 @@ and a reading the meter flags as over range comes back as ``math.inf``.
 from __future__ import annotations
 
 import abc
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from instruments.errors import InvalidRequest, NotSupported
+from instruments.errors import InstrumentTimeout, InvalidRequest, NotSupported
 from instruments.instrument import Instrument
 from instruments.link import Link
 
@@ -126,3 +127,18 @@ class PowerMeter(Instrument):
 
     async def fetch_log(self, channel: int) -> np.ndarray:
         raise NotSupported("the logging function", instrument=self.name)
+
+    async def wait_logging(self, channel: int, *, poll_s: float = 0.005,
+                           timeout_s: float = 5.0) -> None:
+        """Return once the log on ``channel`` is complete. The meter only says so when asked,
+        so ask every ``poll_s``; a log that never completes (a stuck meter) is a timeout, not
+        a hang."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not await self.logging_complete(channel):  # noqa: ASYNC110 - polling the device
+                    await asyncio.sleep(poll_s)
+        except TimeoutError:
+            raise InstrumentTimeout(
+                f"channel {channel}: the logging function did not complete within "
+                f"{timeout_s:g} s; check the meter's logging settings (SENS:FUNC)",
+                instrument=self.name) from None

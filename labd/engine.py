@@ -203,6 +203,10 @@ class Engine:
                     phases["light"] = await self._finish_watches(started)
                 except LightTimeout as exc:
                     outcome, error = "light-missing", str(exc)
+                except InstrumentError as exc:
+                    # The meter failed, not the light: the change stands, unverified.
+                    self.hub.publish("warning", {"detail": f"light verification on {name} "
+                                                           f"failed: {exc}"})
             else:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
@@ -341,7 +345,10 @@ class Engine:
         return started
 
     async def _finish_watches(self, watches: list[LightWatch]) -> int:
-        times = [t for w in watches for t in (await w.result()).values()]
+        try:
+            times = [t for w in watches for t in (await w.result()).values()]
+        finally:  # one that failed leaves the others' pollers running
+            await self._cancel_watches(watches)
         return max(times)
 
     async def _cancel_watches(self, watches: list[LightWatch]) -> None:

@@ -39,8 +39,7 @@ async def main(atime_us: float, points: int, every: int) -> None:
             await asyncio.sleep(0.002)  # a little light on the old path first
             sent = time.monotonic_ns()
             await switch.replace({1: 18})
-            while not await meter.logging_complete(1):  # noqa: ASYNC110 - polling the device
-                await asyncio.sleep(0.005)
+            await meter.wait_logging(1)
             old, new = await meter.fetch_log(1), await meter.fetch_log(2)
         truth = [c for c in emulated.light(last) if c["node"] in ("pm1:1", "pm1:2")]
     print(f"ocs1 moves h0's light from egress 17 (pm1:1) to 18 (pm1:2); log of {points} x "

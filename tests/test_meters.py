@@ -12,7 +12,7 @@ import pyvisa
 
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec
 from emulators.optics import EndpointSpec, FiberSpec
-from instruments.errors import DeviceError
+from instruments.errors import DeviceError, InstrumentTimeout
 from instruments.keysight import KeysightN77xx
 from instruments.light import LightTimeout, LightWatch
 from instruments.polatis_scpi import PolatisScpi
@@ -108,8 +108,7 @@ async def test_logging_trace_shows_the_transient(lab: EmulatedLab) -> None:
         await sw.connect([(1, 17)])
         start = await pm.start_logging([1, 2], 400, 1e-4)  # 40 ms at 100 us
         await sw.replace({1: 18})  # the light leaves pm1:1 and arrives on pm1:2
-        while not await pm.logging_complete(1):  # noqa: ASYNC110 - polling the device
-            await asyncio.sleep(0.005)
+        await pm.wait_logging(1)
         old, new = await pm.fetch_log(1), await pm.fetch_log(2)
     change = lab.truth("ocs1")["changes"][-1]
     command = (change["arrived_ns"] - start) / 100_000  # in samples since the log began
@@ -120,6 +119,13 @@ async def test_logging_trace_shows_the_transient(lab: EmulatedLab) -> None:
     # lands on the new one in its last quarter.
     assert command <= gone <= command + 25
     assert command + 145 <= arrived <= command + 185
+
+
+async def test_a_log_that_never_completes_is_a_timeout(lab: EmulatedLab) -> None:
+    async with KeysightN77xx(lab.endpoints["pm1"]["scpi"], name="pm1") as pm:
+        await pm.start_logging([1], 100_000, 1e-3)  # 100 s of log
+        with pytest.raises(InstrumentTimeout, match=r"did not complete within 0\.2 s"):
+            await pm.wait_logging(1, timeout_s=0.2)
 
 
 async def test_driver_units_wavelength_and_faults(lab: EmulatedLab) -> None:
