@@ -14,9 +14,12 @@
     POST   /v1/emulators/{id}/reset           back to power-on defaults
     POST   /v1/reset                          reset every emulator
     GET    /v1/hosts                          emulated GPU hosts
-    POST   /v1/hosts/{id}/fail                {"gpu": N, "signal": "xid79"|"ecc"|"lost"|...}
+    POST   /v1/hosts/{id}/fail                {"gpu": N, "signal": "xid79"|"ecc"|"lost"|...};
+                                              answers "injected_ns" (CLOCK_MONOTONIC)
     POST   /v1/hosts/{id}/heal?gpu=N          undo (all GPUs without gpu)
-    POST   /v1/hosts/{id}/kill                the host dies: no more heartbeats
+    POST   /v1/hosts/{id}/kill                the host dies: no more heartbeats, its job's
+                                              processes die; answers "injected_ns"
+    POST   /v1/hosts/{id}/revive              a killed host is back, healthy, reporting again
     POST   /v1/hosts/{id}/nics/{nic}          {"up": false} takes a NIC's link down
 """
 
@@ -132,8 +135,8 @@ def create_app(lab: EmulatedLab) -> FastAPI:
     @app.post("/v1/hosts/{host_id}/fail")
     async def fail_gpu(host_id: str, body: GpuFaultBody) -> dict[str, Any]:
         host = lab.host(host_id)
-        host.fail(body.gpu, body.signal)
-        return host.describe()
+        at_ns = host.fail(body.gpu, body.signal)
+        return {**host.describe(), "injected_ns": at_ns}
 
     @app.post("/v1/hosts/{host_id}/heal")
     async def heal(host_id: str, gpu: int | None = None) -> dict[str, Any]:
@@ -150,7 +153,13 @@ def create_app(lab: EmulatedLab) -> FastAPI:
     @app.post("/v1/hosts/{host_id}/kill")
     async def kill(host_id: str) -> dict[str, Any]:
         host = lab.host(host_id)
-        await host.kill()
+        at_ns = await host.kill()
+        return {**host.describe(), "injected_ns": at_ns}
+
+    @app.post("/v1/hosts/{host_id}/revive")
+    async def revive(host_id: str) -> dict[str, Any]:
+        host = lab.host(host_id)
+        host.revive()
         return host.describe()
 
     @app.post("/v1/reset")

@@ -20,8 +20,9 @@ from starlette.websockets import WebSocketDisconnect
 from instruments.errors import InstrumentError, NotSupported
 from labd import __version__
 from labd.engine import RequestError
+from labd.jobs import since_failure_ms
 from labd.stats import percentile
-from labd.store.models import PowerTrace, Reconfiguration
+from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
 from labd.wiring import CircuitRoute
 
 if TYPE_CHECKING:
@@ -44,6 +45,14 @@ class PortsBody(Body):
     verify_light: bool = True
 
 
+class SpareBody(Body):
+    endpoint: str = Field(description="endpoint id of a host's NIC")
+
+
+class DecisionBody(Body):
+    approve: bool
+
+
 class CircuitBody(Body):
     src: str = Field(alias="from")
     dst: str = Field(alias="to")
@@ -55,6 +64,14 @@ def _utc(moment: datetime) -> datetime:
     if moment.tzinfo is not None:
         moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
+
+
+def failover_dict(row: FailoverTimeline) -> dict[str, Any]:
+    stages = dict(row.stages)
+    return {"id": row.id, "job": row.job, "outcome": row.outcome, "trigger": row.trigger,
+            "wall_time": row.wall_time.isoformat(), "stages": stages,
+            "since_failure_ms": since_failure_ms(stages),
+            **{k: v for k, v in (row.detail or {}).items() if k != "trigger"}}
 
 
 def route_dict(route: CircuitRoute) -> dict[str, Any]:
@@ -181,20 +198,65 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.get("/v1/jobs")
     async def jobs() -> list[dict[str, Any]]:
-        return [{"id": j.id, "topology": j.topology, "members": j.members,
-                 "links": [list(link) for link in j.links()]} for j in daemon.lab.job]
+        """Every job: its current members (after any recovery), spares, epoch, status."""
+        return [j.as_dict() for j in daemon.jobs.jobs.values()]
+
+    @app.get("/v1/jobs/{job}")
+    async def job_state(job: str) -> dict[str, Any]:
+        return daemon.jobs.job(job).as_dict()
 
     @app.post("/v1/jobs/{job}/circuits", dependencies=[Depends(authorised)])
     async def job_circuits(job: str, verify_light: bool = True) -> dict[str, Any]:
         """Make every circuit a job's topology needs (all routed before any is made)."""
-        entry = next((j for j in daemon.lab.job if j.id == job), None)
-        if entry is None:
-            raise HTTPException(404, f"no job {job!r}; jobs: "
-                                     f"{', '.join(j.id for j in daemon.lab.job) or 'none'}")
-        routes, results = await engine.connect_endpoints(entry.links(), cause="api",
+        state = daemon.jobs.job(job)
+        routes, results = await engine.connect_endpoints(state.entry.links(state.members),
+                                                         cause="api",
                                                          verify_light=verify_light)
         return {"job": job, "routes": [route_dict(r) for r in routes],
                 "reconfigurations": [r.as_dict() for r in results]}
+
+    @app.post("/v1/jobs/{job}/start", dependencies=[Depends(authorised)])
+    async def job_start(job: str, verify_light: bool = True) -> dict[str, Any]:
+        """Make the job's missing circuits and start its ranks on the hosts' agents."""
+        return await daemon.jobs.start_job(job, verify_light=verify_light)
+
+    @app.post("/v1/jobs/{job}/stop", dependencies=[Depends(authorised)])
+    async def job_stop(job: str) -> dict[str, Any]:
+        return await daemon.jobs.stop_job(job)
+
+    @app.post("/v1/jobs/{job}/spares", dependencies=[Depends(authorised)])
+    async def job_spare(job: str, body: SpareBody) -> dict[str, Any]:
+        """Return a repaired endpoint to the job's spare pool."""
+        return daemon.jobs.return_spare(job, body.endpoint)
+
+    @app.post("/v1/jobs/{job}/decision", dependencies=[Depends(authorised)])
+    async def job_decision(job: str, body: DecisionBody) -> dict[str, Any]:
+        """Approve or decline the swap a recovery proposes (recovery = "ask")."""
+        return daemon.jobs.decide(job, body.approve)
+
+    @app.get("/v1/failovers")
+    async def failovers(job: str | None = None,
+                        limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+                        ) -> list[dict[str, Any]]:
+        """Recovery timelines, newest first."""
+        def work(session: Any) -> list[dict[str, Any]]:
+            query = select(FailoverTimeline).order_by(FailoverTimeline.id.desc()).limit(limit)
+            if job is not None:
+                query = query.where(FailoverTimeline.job == job)
+            return [failover_dict(row) for row in session.scalars(query)]
+
+        return await daemon.store.read(work)
+
+    @app.get("/v1/failovers/{failover}")
+    async def failover(failover: int) -> dict[str, Any]:
+        def work(session: Any) -> dict[str, Any] | None:
+            row = session.get(FailoverTimeline, failover)
+            return None if row is None else failover_dict(row)
+
+        found = await daemon.store.read(work)
+        if found is None:
+            raise HTTPException(404, f"no failover {failover}")
+        return found
 
     @app.get("/v1/reconfigurations")
     async def reconfigurations(

@@ -56,6 +56,24 @@ class Backdoor:
     async def set_timing(self, emulator: str, **values: float) -> None:
         await self._call("PUT", f"/v1/emulators/{emulator}/timing", json=values)
 
+    async def fail_gpu(self, host: str, gpu: int, signal: str) -> int:
+        """Fail an emulated GPU; returns when it failed (CLOCK_MONOTONIC ns)."""
+        reply = await self._call("POST", f"/v1/hosts/{host}/fail",
+                                 json={"gpu": gpu, "signal": signal})
+        return int(reply["injected_ns"])
+
+    async def heal(self, host: str, gpu: int | None = None) -> None:
+        await self._call("POST", f"/v1/hosts/{host}/heal",
+                         params={} if gpu is None else {"gpu": gpu})
+
+    async def kill_host(self, host: str) -> int:
+        """Kill an emulated host; returns when (CLOCK_MONOTONIC ns)."""
+        reply = await self._call("POST", f"/v1/hosts/{host}/kill")
+        return int(reply["injected_ns"])
+
+    async def revive_host(self, host: str) -> None:
+        await self._call("POST", f"/v1/hosts/{host}/revive")
+
 
 @dataclass
 class EmulatorProcess:
@@ -71,11 +89,13 @@ class EmulatorProcess:
             await self.process.wait()
 
 
-async def spawn_emulators(lab: str | Path, *, timeout: float = 60) -> EmulatorProcess:
-    """Start ``labd emulate LAB`` and wait for its ready line."""
+async def spawn_emulators(lab: str | Path, *, timeout: float = 60,
+                          mqtt: str | None = None) -> EmulatorProcess:
+    """Start ``labd emulate LAB`` (with its emulated hosts reporting to ``mqtt``) and wait
+    for its ready line."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "labd", "emulate", str(lab), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        sys.executable, "-m", "labd", "emulate", str(lab), *(["--mqtt", mqtt] if mqtt else []),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert process.stdout is not None
     endpoints: dict[str, str] = {}
     async with asyncio.timeout(timeout):
@@ -87,4 +107,5 @@ async def spawn_emulators(lab: str | Path, *, timeout: float = 60) -> EmulatorPr
             data = json.loads(line)
             if data.get("ready"):
                 return EmulatorProcess(process, endpoints, data["control"])
-            endpoints[data["id"]] = data["endpoint"]
+            if data.get("driver") != "agent":  # emulated hosts have no address
+                endpoints[data["id"]] = data["endpoint"]

@@ -288,6 +288,68 @@ def check(lab: Annotated[str, typer.Argument(help="Lab file path or packaged nam
         console.print(f"  {entry.id:12} {entry.driver:14} {where}")
 
 
+measure = typer.Typer(help="Measurements on a lab: drills and campaigns that print "
+                             "their statistics.", no_args_is_help=True)
+app.add_typer(measure, name="measure")
+
+
+@measure.command("failover")
+def measure_failover(
+    n: Annotated[int, typer.Option("-n", min=1, max=10_000,
+                                   help="GPU-failure drills to run.")] = 50,
+    lost: Annotated[int, typer.Option(min=0, max=10_000,
+                                      help="Host-lost drills (the host just stops) to run "
+                                           "after them.")] = 10,
+    lab: Annotated[str, typer.Option(help="Lab (path or packaged name); its hosts must be "
+                                          "emulated.")] = "failover",
+    job: Annotated[str | None, typer.Option(help="Job to drill (default: the first).")] = None,
+    mqtt: Annotated[str, typer.Option(help="MQTT broker the emulated hosts report to.")]
+    = "mqtt://127.0.0.1:1883",
+    signal_name: Annotated[str, typer.Option("--signal", help="GPU failure signal: xid79, "
+                                                              "xid48, ecc, lost, ...")]
+    = "xid79",
+    seed: Annotated[int | None, typer.Option(help="Seed for the choice of victims.")] = None,
+    db: Annotated[str | None, typer.Option(help="Keep the timelines in this store "
+                                                "(default: a temporary one).")] = None,
+) -> None:
+    """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
+    daemon swap in a spare and restart the job, and print each stage's p50/p99."""
+    from labd.agent.backends import SIGNALS
+    from labd.bus import parse_url
+    from labd.drill import failover_report
+    from labd.drill import measure_failover as drills
+
+    if signal_name not in SIGNALS:
+        raise _fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")
+    loaded = _load(lab)
+    try:
+        host, port = parse_url(mqtt)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        raise _fail(f"the emulated hosts report over MQTT, and no broker answers at {mqtt} "
+                    f"({exc}); start one (e.g. mosquitto) or give --mqtt URL") from None
+    switch_ms = next((e.emulator.switch_time_ms for e in loaded.instrument
+                      if e.emulator.switch_time_ms is not None), None)
+    console.print(f"[bold]labd measure failover[/]: lab [cyan]{loaded.lab.name}[/], {n} GPU "
+                  f"failure(s) ({signal_name}) and {lost} host(s) lost")
+
+    async def body() -> None:
+        results = await drills(loaded, drills=n, lost=lost, mqtt=mqtt, console=console,
+                               seed=seed, signal=signal_name, db=db, job=job)
+        for table in failover_report(results, switch_ms):
+            console.print(table)
+
+    try:
+        run(body())
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run a long-lived service until SIGINT or SIGTERM, then let it shut down cleanly;
     a start-up failure is one clear message."""

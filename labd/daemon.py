@@ -27,6 +27,7 @@ from labd.drivers import make_driver
 from labd.engine import Engine
 from labd.hosts import HostMonitor
 from labd.hub import EventHub
+from labd.jobs import JobManager
 from labd.labfile import Lab
 from labd.store.store import Store, connection_row
 
@@ -87,6 +88,8 @@ class Daemon:
             from labd.bus import MqttBridge
 
             self.bus = MqttBridge(self, mqtt)
+        self.jobs = JobManager(lab, self.engine, self.hosts, self.hub, self.store,
+                               self.bus.send_to_host if self.bus is not None else None)
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
 
@@ -108,6 +111,7 @@ class Daemon:
     def snapshot(self) -> dict[str, Any]:
         return {"instruments": self.instruments_state(),
                 "hosts": [h.as_dict() for h in self.hosts.hosts.values()],
+                "jobs": [j.as_dict() for j in self.jobs.jobs.values()],
                 "intended": {k: [[a, b] for a, b in sorted(v.items())]
                              for k, v in self.engine.intended.items()}}
 
@@ -149,8 +153,10 @@ class Daemon:
                     await self.engine.reconfigure(name, replace=self.engine.intended[name],
                                                   cause="restore", verify_light=False)
                     report.restored.append(name)
+        await self.jobs.load()
         await self._serve()
         self.hosts.start()
+        self.jobs.start()
         if self.bus is not None:
             self.bus.start()
         return report
@@ -175,6 +181,7 @@ class Daemon:
     async def stop(self) -> None:
         if self.bus is not None:
             await self.bus.stop()
+        await self.jobs.stop()
         await self.hosts.stop()
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
         if self._server is not None and self._serving is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from emulators.optics import EndpointSpec, FiberSpec
 from instruments.switch import parse_size
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
+from labd.agent.jobs import emulated_job_command
 from labd.agent.nics import EmulatedNics
 from labd.errors import LabFileError
 from labd.labfile import (
@@ -127,8 +129,13 @@ class EmulatedHost:
         self.nics = EmulatedNics(host.nics, light_dbm,
                                  threshold_dbm=lab.lab.light_threshold_dbm,
                                  link_up_s=host.link_up_ms / 1000) if light_dbm else None
+        # Every job of the lab runs the emulated trainer here.
+        jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
+                for job in lab.job}
         self.agent = Agent(lab=lab.lab.name, host=host.id, mqtt=mqtt, backend=self.backend,
-                           interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics)
+                           interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics,
+                           jobs=jobs)
+        self.killed_at: int | None = None
         self.task: asyncio.Task[None] | None = None
         self.alive = False
 
@@ -136,22 +143,39 @@ class EmulatedHost:
         self.task = asyncio.create_task(self.agent.run(), name=f"host-{self.id}")
         self.alive = True
 
-    def fail(self, gpu: int, signal: str) -> None:
-        self.backend.fail(gpu, signal)  # ValueError names what is wrong
+    def fail(self, gpu: int, signal: str) -> int:
+        """Inject a GPU failure; returns when (CLOCK_MONOTONIC ns)."""
+        return self.backend.fail(gpu, signal)  # ValueError names what is wrong
 
     def heal(self, gpu: int | None) -> None:
         self.backend.heal(gpu)
 
-    async def kill(self) -> None:
-        """The host dies mid-stride: its reports just stop."""
-        self.backend.frozen = True
+    async def kill(self) -> int:
+        """The host dies mid-stride: its reports just stop, its job's processes die.
+        Returns when (CLOCK_MONOTONIC ns)."""
+        self.backend.freeze(True)
+        if self.nics is not None:
+            self.nics.dead = True
+        self.agent.jobs.kill_all()
         self.alive = False
+        self.killed_at = time.monotonic_ns()
+        return self.killed_at
+
+    def revive(self) -> None:
+        """The host is back (rebooted): healthy GPUs, reporting again, no job running."""
+        self.backend.heal()
+        self.backend.freeze(False)
+        if self.nics is not None:
+            self.nics.dead = False
+        self.alive = True
+        self.killed_at = None
 
     async def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+        await self.agent.jobs.close()
 
     def nic_down(self, nic: str, down: bool) -> None:
         if self.nics is None or nic not in self.nics.endpoints:
@@ -164,7 +188,9 @@ class EmulatedHost:
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "alive": self.alive, "gpus": self.backend.count,
                 "failures": {str(k): v for k, v in self.backend.failures.items()},
-                "heartbeats": self.agent.beats, "links": dict(self.agent.links)}
+                "heartbeats": self.agent.beats, "links": dict(self.agent.links),
+                "killed_at_ns": self.killed_at,
+                "failed_at_ns": {str(k): v for k, v in self.backend.failed_at.items()}}
 
 
 def emulated_hosts(lab: Lab, mqtt: str | None,

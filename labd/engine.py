@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,8 +156,11 @@ class Engine:
     async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
                           disconnect: Iterable[int] = (),
                           replace: Mapping[int, int] | None = None, cause: str = "api",
-                          verify_light: bool = True) -> Result:
-        """Carry out one request on one switch; returns once it is recorded."""
+                          verify_light: bool = True,
+                          on_acknowledged: Callable[[str, int], None] | None = None) -> Result:
+        """Carry out one request on one switch; returns once it is recorded.
+        ``on_acknowledged(switch, ns)`` hears of the device's acknowledgement at once (light
+        verification may take a while longer)."""
         requested = time.monotonic_ns()
         switch = self.online(name)
         assert switch.info is not None
@@ -189,7 +192,9 @@ class Engine:
                         await switch.disconnect([a for a, _ in brk])
                     if make:
                         await switch.connect(make)
-                phases["acknowledged"] = time.monotonic_ns()
+                phases["acknowledged"] = acked = time.monotonic_ns()
+                if on_acknowledged is not None:
+                    on_acknowledged(name, acked)
             except InvalidRequest as exc:
                 # The driver refused before sending anything (a mesh that would have to
                 # move other circuits): a conflict for the caller, nothing to record.

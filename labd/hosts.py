@@ -25,12 +25,32 @@ class HostState:
     interval_s: float | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     nics: dict[str, bool] = field(default_factory=dict)
+    nic_since_ns: dict[str, int] = field(default_factory=dict)
+    """When each NIC's link last changed, by the agent's clock."""
     error: str | None = None
+    offset_ns: int | None = None
+    """Daemon clock minus the agent's, at most: the smallest (received - sent) seen. Agents
+    stamp what they observe on their own CLOCK_MONOTONIC, which another machine does not
+    share; this puts those moments on the daemon's clock (late by the fastest delivery)."""
+
+    def to_daemon_clock(self, agent_ns: Any) -> int | None:
+        if not isinstance(agent_ns, int):
+            return None
+        return agent_ns + (self.offset_ns or 0)
+
+    def _saw(self, sent_ns: Any) -> None:
+        if isinstance(sent_ns, int):
+            lag = time.monotonic_ns() - sent_ns
+            self.offset_ns = lag if self.offset_ns is None else min(self.offset_ns, lag)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "last_beat_ns": self.last_beat_ns,
                 "interval_s": self.interval_s, "gpus": self.gpus, "nics": self.nics,
                 "error": self.error}
+
+    def gpu_health(self, index: int) -> str | None:
+        """The GPU's latest verdict from the heartbeats, if reported."""
+        return next((g.get("health") for g in self.gpus if g.get("index") == index), None)
 
 
 class HostMonitor:
@@ -52,6 +72,8 @@ class HostMonitor:
         """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is
         reported as a warning event and changes nothing."""
         state = self.hosts.setdefault(host, HostState(host))
+        if kind == "job":
+            return  # the daemon's own commands to the agent
         if kind == "status":
             text = payload.decode(errors="replace").strip()
             if text not in ("online", "offline"):
@@ -67,6 +89,7 @@ class HostMonitor:
         except ValueError as exc:
             self._bad(host, kind, f"not JSON: {exc}")
             return
+        state._saw(data.get("sent_ns"))
         if kind == "heartbeat":
             gpus = data.get("gpus")
             if not isinstance(gpus, list):
@@ -81,11 +104,15 @@ class HostMonitor:
                 state.nics = {str(k): bool(v) for k, v in nics.items()}
             if state.status != "online":
                 self._set_status(state, "online")
+        elif kind == "events" and "job" in data:
+            self._job_event(host, data)
         elif kind == "events" and "nic" in data:
             if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
                 self._bad(host, kind, "a NIC event needs 'nic' (a name) and 'up' (true/false)")
                 return
             state.nics[data["nic"]] = data["up"]
+            if isinstance(data.get("at_ns"), int):
+                state.nic_since_ns[data["nic"]] = data["at_ns"]
             self.hub.publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
                                           "was": data.get("was"), "at_ns": data.get("at_ns")})
         elif kind == "events":
@@ -93,8 +120,29 @@ class HostMonitor:
                     data.get("gpu"), int):
                 self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
                 return
+            # The verdict holds from now, before the next heartbeat repeats it.
+            entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
+            if entry is None:
+                state.gpus.append({"index": data["gpu"], "health": data["health"]})
+            else:
+                entry["health"] = data["health"]
             self.hub.publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
-                "gpu", "health", "was", "reasons", "at_ns")}})
+                "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
+
+    def _job_event(self, host: str, data: dict[str, Any]) -> None:
+        if data.get("error") is not None:
+            self.hub.publish("job.error", {"host": host, "job": data.get("job"),
+                                           "epoch": data.get("epoch"), "rank": data.get("rank"),
+                                           "error": str(data["error"])})
+            return
+        if (not isinstance(data.get("job"), str) or not isinstance(data.get("rank"), int)
+                or not isinstance(data.get("epoch"), int)
+                or data.get("progress") not in ("started", "ready", "step", "exited")):
+            self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
+                                      "'progress' (started, ready, step or exited)")
+            return
+        self.hub.publish("job.progress", {"host": host, **{k: data.get(k) for k in (
+            "job", "epoch", "rank", "progress", "step", "code", "at_ns")}})
 
     def _set_status(self, state: HostState, status: str) -> None:
         if state.status == status:
@@ -102,7 +150,8 @@ class HostMonitor:
         before, state.status = state.status, status
         kind = "host.lost" if status in ("offline", "lost") and before == "online" else \
             "host.status"
-        self.hub.publish(kind, {"host": state.id, "status": status, "was": before})
+        self.hub.publish(kind, {"host": state.id, "status": status, "was": before,
+                                "last_beat_ns": state.last_beat_ns})
 
     def _bad(self, host: str, kind: str, why: str) -> None:
         self.hub.publish("warning", {"detail": f"bad {kind} message from host {host}: {why}"})

@@ -247,7 +247,8 @@ class HostEntry(Strict):
 
     id: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$", max_length=64)]
     nics: list[str] = Field(default_factory=list)
-    """Endpoint ids of this host's NIC ports."""
+    """Endpoint ids of this host's NIC ports; the n-th NIC is the one GPU n uses (a job
+    rank on that endpoint runs on that GPU)."""
     gpus: int = Field(default=8, ge=0, le=64)
     rack: str = ""
     emulate: bool = False
@@ -256,6 +257,23 @@ class HostEntry(Strict):
     """The agent's heartbeat interval."""
     link_up_ms: float = Field(default=0.0, ge=0, le=60_000)
     """Emulation: how long light must arrive before a NIC's link comes up."""
+
+
+def topology_links(topology: str, members: list[str]) -> list[tuple[str, str]]:
+    """(sender, receiver) for every circuit a topology over ``members`` needs."""
+    m = members
+    if topology == "ring":
+        return [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))]
+    return [link for i in range(0, len(m), 2) for link in ((m[i], m[i + 1]), (m[i + 1], m[i]))]
+
+
+class JobEmulator(Strict):
+    """``[job.emulator]``: the emulated training process emulated hosts run for this job."""
+
+    init_ms: float = Field(default=200.0, ge=0, le=600_000)
+    """From start to "collectives ready" (the NCCL communicator set-up)."""
+    step_ms: float = Field(default=100.0, gt=0, le=600_000)
+    """One training step."""
 
 
 class JobEntry(Strict):
@@ -267,6 +285,16 @@ class JobEntry(Strict):
     members 1-2, 3-4, ... send to each other."""
     members: list[str] = Field(min_length=2)
     """Endpoint ids, in rank order."""
+    spares: list[str] = Field(default_factory=list)
+    """Endpoint ids (NICs of [[host]]s) that may stand in for a failed member."""
+    recovery: Literal["automatic", "ask", "off"] = "automatic"
+    """On a failure: swap in a spare at once, propose the swap and wait for the operator,
+    or only record the failure."""
+    link_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """How long recovery waits for the new circuits' NIC links to come up."""
+    start_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    """How long recovery waits for the restarted job's first step."""
+    emulator: JobEmulator = Field(default_factory=JobEmulator)
 
     @model_validator(mode="after")
     def _shape(self) -> JobEntry:
@@ -274,15 +302,17 @@ class JobEntry(Strict):
             raise ValueError(f"job {self.id!r}: 'pairs' needs an even number of members")
         if len(set(self.members)) != len(self.members):
             raise ValueError(f"job {self.id!r}: a member appears twice")
+        both = sorted(set(self.members) & set(self.spares))
+        if both:
+            raise ValueError(f"job {self.id!r}: {', '.join(both)} is both a member and a spare")
+        if len(set(self.spares)) != len(self.spares):
+            raise ValueError(f"job {self.id!r}: a spare appears twice")
         return self
 
-    def links(self) -> list[tuple[str, str]]:
-        """(sender, receiver) for every circuit the topology needs."""
-        m = self.members
-        if self.topology == "ring":
-            return [(m[i], m[(i + 1) % len(m)]) for i in range(len(m))]
-        return [link for i in range(0, len(m), 2)
-                for link in ((m[i], m[i + 1]), (m[i + 1], m[i]))]
+    def links(self, members: list[str] | None = None) -> list[tuple[str, str]]:
+        """(sender, receiver) for every circuit the topology needs (over ``members``, by
+        default the configured ones)."""
+        return topology_links(self.topology, self.members if members is None else members)
 
 
 class Lab(Strict):
@@ -303,11 +333,24 @@ class Lab(Strict):
                 if nic not in endpoints:
                     problems.append(f"[[host]] #{index + 1} (id {host.id!r}), field 'nics': "
                                     f"{nic!r} names no [[endpoint]]")
+        owners: dict[str, str] = {}
+        for host in self.host:
+            for nic in host.nics:
+                if nic in owners:
+                    problems.append(f"[[host]] {host.id!r}, field 'nics': {nic!r} is already "
+                                    f"a NIC of host {owners[nic]!r}")
+                owners.setdefault(nic, host.id)
+        on_hosts = set(owners)
         for index, job in enumerate(self.job):
             for member in job.members:
                 if member not in endpoints:
                     problems.append(f"[[job]] #{index + 1} (id {job.id!r}), field 'members': "
                                     f"{member!r} names no [[endpoint]]")
+            for spare in job.spares:
+                if spare not in on_hosts:
+                    problems.append(f"[[job]] #{index + 1} (id {job.id!r}), field 'spares': "
+                                    f"{spare!r} is no NIC of a [[host]] (list it in a "
+                                    "host's 'nics')")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -364,6 +407,13 @@ class Lab(Strict):
                 return f"{node!r}: {owner} has channels 1..{entry.channel_count()}"
             return None
         return f"{node!r}: {owner} carries no light"
+
+    def placement(self, endpoint: str) -> tuple[HostEntry, int] | None:
+        """The host whose NIC ``endpoint`` is, and the GPU behind it."""
+        for host in self.host:
+            if endpoint in host.nics:
+                return host, host.nics.index(endpoint)
+        return None
 
     def get(self, instrument_id: str) -> Instrument:
         for entry in self.instrument:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,6 +23,14 @@ class Backend(Protocol):
         """(the GPUs that answered, whether any GPU is reported lost)."""
         ...
 
+    async def wait_change(self, timeout: float) -> None:
+        """Return after ``timeout`` s, or sooner when the backend knows health changed."""
+        ...
+
+    def since_ns(self, gpu: int) -> int | None:
+        """When a GPU's current failure began, where the backend knows (emulation)."""
+        ...
+
 
 class SmiBackend:
     def __init__(self, binary: str = "nvidia-smi") -> None:
@@ -29,6 +39,12 @@ class SmiBackend:
     async def gpus(self) -> tuple[list[GpuStatus], bool]:
         result = await query(self.binary)
         return result.gpus, result.lost_any
+
+    async def wait_change(self, timeout: float) -> None:
+        await asyncio.sleep(timeout)  # nvidia-smi can only be polled
+
+    def since_ns(self, gpu: int) -> int | None:
+        return None
 
 
 @dataclass
@@ -40,23 +56,48 @@ class EmulatedBackend:
     failures: dict[int, str] = field(default_factory=dict)
     frozen: bool = False
     """A hung host: reads never return (no more heartbeats)."""
+    failed_at: dict[int, int] = field(default_factory=dict)
+    """When each failure was injected (CLOCK_MONOTONIC ns): the ground truth."""
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _thawed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def fail(self, gpu: int, signal: str) -> None:
+    def freeze(self, frozen: bool) -> None:
+        self.frozen = frozen
+        if frozen:
+            self._thawed.clear()
+        else:
+            self._thawed.set()
+
+    def fail(self, gpu: int, signal: str) -> int:
+        """Inject a failure; returns when it happened (CLOCK_MONOTONIC ns)."""
         if signal not in SIGNALS:
             raise ValueError(f"signal {signal!r}: expected one of {', '.join(SIGNALS)}")
         if not 0 <= gpu < self.count:
             raise ValueError(f"GPU {gpu}: this host has GPUs 0..{self.count - 1}")
         self.failures[gpu] = signal
+        self.failed_at[gpu] = time.monotonic_ns()
+        # Like an NVML Xid event wait, the agent hears of it at once rather than at its
+        # next poll.
+        self._changed.set()
+        return self.failed_at[gpu]
 
     def heal(self, gpu: int | None = None) -> None:
-        if gpu is None:
-            self.failures.clear()
-        else:
-            self.failures.pop(gpu, None)
+        for index in list(self.failures) if gpu is None else [gpu]:
+            self.failures.pop(index, None)
+            self.failed_at.pop(index, None)
+        self._changed.set()
+
+    async def wait_change(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        self._changed.clear()
+
+    def since_ns(self, gpu: int) -> int | None:
+        return self.failed_at.get(gpu)
 
     async def gpus(self) -> tuple[list[GpuStatus], bool]:
         if self.frozen:
-            await asyncio.Event().wait()  # never: the host is gone
+            await self._thawed.wait()  # the host is gone until revived
         rng = random.Random(self.seed)
         out = []
         for index in range(self.count):

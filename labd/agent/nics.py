@@ -46,8 +46,12 @@ class EmulatedNics:
         self._lit_since: dict[str, int | None] = dict.fromkeys(endpoints)
         self.down: set[str] = set()
         """Endpoints forced down (a NIC-down fault)."""
+        self.dead = False
+        """The host died: nothing reads the links any more."""
 
     def links(self) -> dict[str, bool]:
+        if self.dead:
+            return {}
         now = time.monotonic_ns()
         out = {}
         for endpoint in self.endpoints:

@@ -91,8 +91,15 @@ class FailoverTimeline(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job: Mapped[str] = mapped_column(String(64), index=True)
     outcome: Mapped[str] = mapped_column(String(24))
+    """in-progress, awaiting-operator, recovered, no-spare, declined, recorded, failed,
+    timeout, skipped (labd.jobs)"""
     stages: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """stage → CLOCK_MONOTONIC ns on the daemon's clock (None: not reached)"""
     wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    trigger: Mapped[str | None] = mapped_column(String(24), nullable=True)
+    """gpu-failed, host-lost"""
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """the failed member, the plan (spare, new members, circuits), passed-over spares"""
 
 
 class IntendedPair(Base):

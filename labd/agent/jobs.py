@@ -1,0 +1,175 @@
+"""The host's part of a job: the agent starts, stops and restarts the command its own
+configuration names for a job (never a command line from the network), one process per
+rank placed on this host, with the rank map in its environment, and reports the job's
+progress as it happens.
+
+The daemon's command (JSON on ``labd/<lab>/hosts/<host>/job``)::
+
+    {"action": "start", "job": "ring4", "epoch": 2,
+     "ranks": [{"rank": 0, "host": "h0", "endpoint": "h0.nic0", "gpu": 0}, ...]}
+    {"action": "stop", "job": "ring4"}
+
+``start`` stops whatever runs of that job first (a restart is a start with a new epoch).
+Each rank's process gets ``LABD_JOB``, ``LABD_EPOCH``, ``LABD_RANK``, ``LABD_WORLD_SIZE``,
+``LABD_RANK_MAP`` (the JSON list of ranks above), ``LABD_NIC`` and ``CUDA_VISIBLE_DEVICES``.
+It reports progress by printing ``LABD_PROGRESS ready`` (its collectives are set up) and
+``LABD_PROGRESS step N`` on stdout; other output passes through.
+
+Progress events (on the host's ``events`` topic): ``{"job", "epoch", "rank", "progress":
+"started" | "ready" | "step" | "exited", "step", "code", "at_ns"}``; a command that cannot be
+carried out gives ``{"job", "error"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Report = Callable[[dict[str, Any]], Awaitable[None]]
+PROGRESS = "LABD_PROGRESS "
+STEP_REPORT_NS = 1_000_000_000
+"""After a run's first step, steps are reported at most once a second."""
+STOP_GRACE_S = 5.0
+
+
+class RankSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rank: int = Field(ge=0)
+    host: str
+    endpoint: str
+    gpu: int = Field(ge=0)
+
+
+class JobCommand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["start", "stop"]
+    job: str
+    epoch: int = Field(default=0, ge=0)
+    ranks: list[RankSpec] = Field(default_factory=list)
+
+
+def emulated_job_command(init_ms: float, step_ms: float) -> list[str]:
+    """The command emulated hosts run for a job: the emulated trainer (standard library
+    only, so it starts without site-packages, as fast as Python can)."""
+    from labd.agent import trainer
+
+    return [sys.executable, "-S", trainer.__file__, f"--init-ms={init_ms:g}",
+            f"--step-ms={step_ms:g}"]
+
+
+class JobRunner:
+    def __init__(self, host: str, commands: dict[str, list[str]], report: Report) -> None:
+        self.host = host
+        self.commands = commands
+        self.report = report
+        self.running: dict[str, list[asyncio.subprocess.Process]] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    async def handle(self, payload: bytes) -> None:
+        """One command from the daemon; a bad one is answered with an error event."""
+        try:
+            command = JobCommand.model_validate_json(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "payload"
+            await self.report({"job": None, "error": f"bad job command: {where}: "
+                                                     f"{first['msg']}"})
+            return
+        if command.action == "stop":
+            await self.stop(command.job)
+            return
+        argv = self.commands.get(command.job)
+        if argv is None:
+            await self.report({"job": command.job, "epoch": command.epoch,
+                               "error": f"this agent runs no job {command.job!r}; it is "
+                                        f"configured for: {', '.join(self.commands) or 'none'}"})
+            return
+        await self.start(command, argv)
+
+    async def start(self, command: JobCommand, argv: list[str]) -> None:
+        await self.stop(command.job)
+        ranks = [r.model_dump() for r in sorted(command.ranks, key=lambda r: r.rank)]
+        mine = [r for r in command.ranks if r.host == self.host]
+        procs = []
+        for spec in mine:
+            env = {**os.environ, "LABD_JOB": command.job, "LABD_EPOCH": str(command.epoch),
+                   "LABD_RANK": str(spec.rank), "LABD_WORLD_SIZE": str(len(ranks)),
+                   "LABD_RANK_MAP": json.dumps(ranks), "LABD_NIC": spec.endpoint,
+                   "CUDA_VISIBLE_DEVICES": str(spec.gpu)}
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.PIPE, env=env)
+            except OSError as exc:
+                await self.report({"job": command.job, "epoch": command.epoch,
+                                   "rank": spec.rank, "error": f"cannot start {argv[0]!r}: "
+                                                               f"{exc}"})
+                continue
+            procs.append(proc)
+            await self.report({"job": command.job, "epoch": command.epoch, "rank": spec.rank,
+                               "progress": "started", "at_ns": time.monotonic_ns()})
+            task = asyncio.create_task(self._watch(proc, command.job, command.epoch, spec.rank))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+        self.running[command.job] = procs
+
+    async def _watch(self, proc: asyncio.subprocess.Process, job: str, epoch: int,
+                     rank: int) -> None:
+        assert proc.stdout is not None
+        base = {"job": job, "epoch": epoch, "rank": rank}
+        last_step_ns = 0
+        async for raw in proc.stdout:
+            now = time.monotonic_ns()
+            line = raw.decode(errors="replace").rstrip()
+            if not line.startswith(PROGRESS):
+                print(line, flush=True)  # the job's own output passes through
+                continue
+            words = line[len(PROGRESS):].split()
+            if words == ["ready"]:
+                await self.report({**base, "progress": "ready", "at_ns": now})
+            elif (len(words) == 2 and words[0] == "step" and words[1].isdigit()
+                  and (not last_step_ns or now - last_step_ns >= STEP_REPORT_NS)):
+                last_step_ns = now
+                await self.report({**base, "progress": "step", "step": int(words[1]),
+                                   "at_ns": now})
+        code = await proc.wait()
+        await self.report({**base, "progress": "exited", "code": code,
+                           "at_ns": time.monotonic_ns()})
+
+    async def stop(self, job: str) -> None:
+        """SIGTERM every process of the job; SIGKILL what is left after a grace period."""
+        for proc in self.running.pop(job, []):
+            if proc.returncode is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+    def kill_all(self) -> None:
+        """The host dies: its processes die with it, unreported."""
+        for task in self._watchers:
+            task.cancel()
+        for procs in self.running.values():
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
+    async def close(self) -> None:
+        for job in list(self.running):
+            await self.stop(job)
+        for task in list(self._watchers):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

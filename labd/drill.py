@@ -1,0 +1,278 @@
+"""Failover drills on an emulated lab: fail a member's GPU (or kill its host) through the
+emulators' control endpoint, let the daemon recover the job, read the recorded timeline,
+set it beside the optical model's ground truth, then repair the member and give it back to
+the spare pool so the next drill starts from a lab like the first.
+
+``labd measure failover`` runs many of them and prints each stage's p50/p99; ``labd demo``
+runs one; the integration tests drive the same functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from labd.backdoor import Backdoor
+from labd.bus import parse_url
+from labd.daemon import Daemon
+from labd.emulate import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
+from labd.errors import LabdError
+from labd.hub import EventHub
+from labd.jobs import STAGES
+from labd.labfile import Lab
+from labd.stats import percentile
+
+FINAL = ("recovered", "no-spare", "declined", "recorded", "failed", "timeout", "skipped")
+
+
+class DrillError(LabdError):
+    """A drill could not be run as asked."""
+
+
+@dataclass
+class Rig:
+    """An emulated lab (instruments and hosts, in this process) with the daemon on it."""
+
+    daemon: Daemon
+    backdoor: Backdoor
+    hosts: list[EmulatedHost]
+
+
+@contextlib.asynccontextmanager
+async def emulated_rig(lab: Lab, *, db: str, mqtt: str, port: int = 0,
+                       token: str | None = None) -> AsyncIterator[Rig]:
+    """Start the lab's emulators and emulated hosts and a daemon on them; stop them all
+    after (and clear the hosts' retained MQTT status, which would outlive the run)."""
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        daemon = Daemon(lab, db=db, port=port, token=token, mqtt=mqtt,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
+        await daemon.start()
+        hosts = emulated_hosts(lab, mqtt, emulated)
+        backdoor = Backdoor(emulated.control_url)
+        try:
+            assert daemon.bus is not None
+            await daemon.bus.wait_sessions(1, timeout=10)
+            for host in hosts:
+                host.start()
+                emulated.hosts[host.id] = host
+            yield Rig(daemon, backdoor, hosts)
+        finally:
+            for host in hosts:
+                await host.stop()
+            await backdoor.close()
+            await daemon.stop()
+            with contextlib.suppress(aiomqtt.MqttError):
+                async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
+                    for entry in lab.host:
+                        await cleaner.publish(f"labd/{lab.lab.name}/hosts/{entry.id}/status",
+                                              b"", retain=True)
+                    await cleaner.publish(f"labd/{lab.lab.name}/daemon", b"", retain=True)
+
+
+async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
+                   what: str) -> Any:
+    """Wait until ``check()`` is truthy, looking again after each daemon event."""
+    _, sub = hub.subscribe()
+    try:
+        async with asyncio.timeout(timeout):
+            while not (found := check()):
+                if await sub.next() is None:
+                    _, sub = hub.subscribe()
+            return found
+    except TimeoutError:
+        raise DrillError(f"timed out after {timeout:g} s waiting for {what}") from None
+    finally:
+        sub.close()
+
+
+def hosts_ready(daemon: Daemon) -> bool:
+    """Every host online, and every GPU behind a fabric NIC reported healthy."""
+    for host in daemon.lab.host:
+        seen = daemon.hosts.hosts.get(host.id)
+        if seen is None or seen.status != "online":
+            return False
+        if any(seen.gpu_health(gpu) != "healthy" for gpu in range(len(host.nics))):
+            return False
+    return True
+
+
+def job_stepping(daemon: Daemon, job: str) -> bool:
+    state = daemon.jobs.job(job)
+    return state.status == "running" and all(
+        "step" in state.progress.get(rank, {}) for rank in range(len(state.members)))
+
+
+@dataclass
+class DrillResult:
+    kind: str  # gpu, host
+    member: str
+    injected_ns: int
+    timeline: dict[str, Any]
+    light_truth_ns: int | None
+    """When light (by the optical model) arrived at the last new circuit's receiver."""
+    heartbeat_s: float
+
+    def ms(self, stage: str, since: str = "failure") -> float | None:
+        stages = self.timeline["stages"]
+        start = self.injected_ns if since == "failure" else stages.get(since)
+        at = self.light_truth_ns if stage == "light_truth" else stages.get(stage)
+        return None if at is None or start is None else (at - start) / 1e6
+
+
+def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
+                   ) -> Callable[[], dict[str, Any] | None]:
+    found: dict[str, dict[str, Any]] = {}
+    _, sub = daemon.hub.subscribe()
+
+    def check() -> dict[str, Any] | None:
+        while not sub.queue.empty():
+            event = sub.queue.get_nowait()
+            if event is None:
+                break
+            data = event.data
+            if (event.kind == "failover" and event.seq > since_seq and data["job"] == job
+                    and data["member"] == member and data["outcome"] in FINAL):
+                found["timeline"] = data
+        if "timeline" in found:
+            sub.close()
+        return found.get("timeline")
+
+    return check
+
+
+async def run_drill(rig: Rig, job: str, rng: random.Random, *, kind: str = "gpu",
+                    signal: str = "xid79", timeout: float = 60) -> DrillResult:
+    """Fail one member of a running job and wait for its recovery to end."""
+    daemon = rig.daemon
+    state = daemon.jobs.job(job)
+    member = rng.choice(state.members)
+    where = daemon.lab.placement(member)
+    if where is None:
+        raise DrillError(f"member {member!r} is on no host")
+    host, gpu = where
+    light_seq = max((c["seq"] for c in await rig.backdoor.light()), default=0)
+    done = _failover_done(daemon, job, member, daemon.hub.last_seq)
+    if kind == "gpu":
+        injected = await rig.backdoor.fail_gpu(host.id, gpu, signal)
+    else:
+        injected = await rig.backdoor.kill_host(host.id)
+    timeline = await wait_for(daemon.hub, done, timeout, f"the recovery of {member}")
+    receivers = {dst for _, dst in (timeline.get("plan") or {}).get("new_links", [])}
+    # Light is on every new circuit once the last receiver saw its last rise.
+    latest: dict[str, int] = {}
+    for c in await rig.backdoor.light(light_seq):
+        if c["node"] in receivers and c["direction"] == "rise" and c["at_ns"] > injected:
+            latest[c["node"]] = c["at_ns"]
+    truth = max(latest.values()) if receivers and len(latest) == len(receivers) else None
+    return DrillResult(kind, member, injected, timeline, truth, host.heartbeat_s)
+
+
+async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -> None:
+    """Heal (or revive) the failed member's host and give the member back as a spare."""
+    daemon = rig.daemon
+    where = daemon.lab.placement(result.member)
+    assert where is not None
+    host, gpu = where
+    if result.kind == "gpu":
+        await rig.backdoor.heal(host.id, gpu)
+    else:
+        await rig.backdoor.revive_host(host.id)
+    await wait_for(daemon.hub, lambda: hosts_ready(daemon), timeout,
+                   f"host {host.id} to report healthy")
+    if result.member not in daemon.jobs.job(job).members:
+        daemon.jobs.return_spare(job, result.member)
+
+
+# -- labd measure failover -----------------------------------------------------------------
+async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str, console: Console,
+                           seed: int | None = None, signal: str = "xid79",
+                           db: str | None = None, job: str | None = None) -> list[DrillResult]:
+    if not lab.job:
+        raise DrillError(f"{lab.source}: the lab has no [[job]] to drill")
+    job_id = job or lab.job[0].id
+    entry = next((j for j in lab.job if j.id == job_id), None)
+    if entry is None:
+        raise DrillError(f"no job {job_id!r}; jobs: {', '.join(j.id for j in lab.job)}")
+    if not entry.spares:
+        raise DrillError(f"job {job_id!r} has no spares to swap in")
+    unplayed = [h.id for h in lab.host if not h.emulate]
+    if unplayed:
+        raise DrillError(f"drills fail GPUs in emulation; hosts {', '.join(unplayed)} are "
+                         "not emulate = true")
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as scratch:
+        async with emulated_rig(lab, db=db or str(Path(scratch) / "drill.sqlite"),
+                                mqtt=mqtt) as rig:
+            daemon = rig.daemon
+            await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
+            await daemon.jobs.start_job(job_id)
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
+                           f"job {job_id} to take its first step")
+            results: list[DrillResult] = []
+            plan = ["gpu"] * drills + ["host"] * lost
+            with Progress(console=console, transient=True) as progress:
+                task = progress.add_task("failover drills", total=len(plan))
+                for kind in plan:
+                    result = await run_drill(rig, job_id, rng, kind=kind, signal=signal)
+                    results.append(result)
+                    await repair(rig, result, job_id)
+                    await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
+                                   f"job {job_id} to run again")
+                    progress.advance(task)
+    return results
+
+
+def failover_report(results: list[DrillResult], switch_ms: float | None) -> list[Table]:
+    tables = []
+    for kind, title in (("gpu", "GPU failures"), ("host", "Hosts lost (no failure report)")):
+        mine = [r for r in results if r.kind == kind]
+        if not mine:
+            continue
+        outcomes: dict[str, int] = {}
+        for r in mine:
+            outcomes[r.timeline["outcome"]] = outcomes.get(r.timeline["outcome"], 0) + 1
+        table = Table(title=f"{title}: {len(mine)} drills "
+                            f"({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}); "
+                            "ms after the failure was injected")
+        for column in ("stage", "n", "p50", "p99", "max"):
+            table.add_column(column, justify="left" if column == "stage" else "right")
+        for stage in (*STAGES[1:], "light_truth"):
+            values = [v for r in mine if (v := r.ms(stage)) is not None]
+            if values:
+                label = "light at receivers (truth)" if stage == "light_truth" else stage
+                table.add_row(label, str(len(values)), f"{percentile(values, 50):.2f}",
+                              f"{percentile(values, 99):.2f}", f"{max(values):.2f}")
+        tables.append(table)
+    gpu = [r for r in results if r.kind == "gpu"]
+    target = Table(title="Targets", show_header=True)
+    for column in ("figure", "n", "p50", "p99", "target", "met"):
+        target.add_column(column, justify="left" if column in ("figure", "target") else "right")
+    report_to_light = [v for r in gpu if (v := r.ms("light_truth", since="reported"))
+                       is not None]
+    if report_to_light and switch_ms is not None:
+        p50 = percentile(report_to_light, 50)
+        target.add_row("failure report → light on every new circuit (truth), ms",
+                       str(len(report_to_light)), f"{p50:.2f}",
+                       f"{percentile(report_to_light, 99):.2f}",
+                       f"p50 ≤ {switch_ms:g} + 10", "yes" if p50 <= switch_ms + 10 else "NO")
+    lost = [r for r in results if r.kind == "host"]
+    detect = [(r.ms("detected") or 0) / (r.heartbeat_s * 1000) for r in lost
+              if r.ms("detected") is not None]
+    if detect:
+        target.add_row("host lost → detected, heartbeat intervals", str(len(detect)),
+                       f"{percentile(detect, 50):.2f}", f"{percentile(detect, 99):.2f}",
+                       "≤ 1.5", "yes" if max(detect) <= 1.5 else "NO")
+    tables.append(target)
+    return tables
