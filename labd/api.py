@@ -234,6 +234,31 @@ def create_app(daemon: Daemon) -> FastAPI:
         """Approve or decline the swap a recovery proposes (recovery = "ask")."""
         return daemon.jobs.decide(job, body.approve)
 
+    @app.post("/v1/agents/{host}/{kind}", dependencies=[Depends(authorised)],
+              status_code=202)
+    async def agent_message(host: str, kind: str, request: Request) -> dict[str, Any]:
+        """An agent's message where the lab has no broker: ``status``, ``heartbeat`` or
+        ``events``, with the same payloads as on MQTT."""
+        if kind not in ("status", "heartbeat", "events"):
+            raise HTTPException(404, f"no agent message kind {kind!r}; expected status, "
+                                     "heartbeat or events")
+        if host not in daemon.hosts.hosts:
+            raise HTTPException(404, f"no host {host!r} in the lab file; hosts: "
+                                     f"{', '.join(daemon.hosts.hosts) or 'none'}")
+        problem = daemon.hosts.handle(host, kind, await request.body())
+        if problem is not None:
+            raise HTTPException(422, problem)
+        return {"accepted": True}
+
+    @app.get("/v1/agents/{host}/commands", dependencies=[Depends(authorised)])
+    async def agent_commands(host: str, wait_s: Annotated[float, Query(ge=0, le=60)] = 20
+                             ) -> list[dict[str, Any]]:
+        """The job commands waiting for a host's agent (long poll: waits up to ``wait_s``
+        for the first)."""
+        if host not in daemon.hosts.hosts:
+            raise HTTPException(404, f"no host {host!r} in the lab file")
+        return await daemon.commands.take(host, wait_s)
+
     @app.get("/v1/failovers")
     async def failovers(job: str | None = None,
                         limit: Annotated[int, Query(ge=1, le=10_000)] = 100

@@ -78,24 +78,36 @@ def demo(
     = False,
     db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL); "
                                                 "default a temporary file.")] = None,
-    mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT].")] = None,
+    mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT], for the "
+                                                  "daemon's events and the failover drill's "
+                                                  "hosts (default: one on this machine, if "
+                                                  "any).")] = None,
     port: Annotated[int, typer.Option(min=0, max=65535,
                                       help="API port with --serve.")] = 8470,
+    failover: Annotated[bool, typer.Option(help="Run the failover drill (it needs an MQTT "
+                                                "broker).")] = True,
 ) -> None:
     """Run the packaged demo lab in emulation with the daemon on it: reconfigure every
     switch through the daemon, print a report of every phase set against the emulators'
-    ground truth, verify light, run a fault drill, exit 0."""
-    from labd.demo import run_demo
+    ground truth, verify light, run a fault drill and a failover drill, exit 0."""
+    from labd.demo import failover_drill, run_demo
 
     loaded = _load(lab)
+    drill = failover_drill(console, mqtt, seed)
     try:
+        if failover and serve:  # before the lab is left serving
+            run(drill, spawns=True)
         code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
                             seed=seed, light_events=light_events, db=db, mqtt=mqtt,
                             port=port))
+        if failover and not serve:
+            run(drill, spawns=True)
     except KeyboardInterrupt:
         code = 0
     except (LabdError, InstrumentError) as exc:
         raise _fail(str(exc)) from None
+    finally:
+        drill.close()  # not awaited when the demo stopped first
     raise typer.Exit(code)
 
 
@@ -123,12 +135,13 @@ def run_daemon(
 
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded)
-        hosts = emulated_hosts(loaded, mqtt, emulated)
         async with emulated:
             addresses = {e.id: endpoint_of(emulated, e) for e in entries}
             daemon = Daemon(loaded, db=db, addresses=addresses, host=host, port=port,
                             token=token, restore=restore, mqtt=mqtt)
             report = await daemon.start()
+            # Without a broker, emulated hosts report to the daemon over HTTP.
+            hosts = emulated_hosts(loaded, mqtt, emulated, daemon=(daemon.url, daemon.token))
             for emulated_host in hosts:  # agents with emulated GPUs, once the daemon listens
                 emulated_host.start()
                 emulated.hosts[emulated_host.id] = emulated_host
@@ -149,51 +162,114 @@ def run_daemon(
                                                  else str(token_path()))
                 console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
                 if hosts:
-                    console.print(f"  {len(hosts)} emulated GPU host(s) report to {mqtt}")
+                    console.print(f"  {len(hosts)} emulated GPU host(s) report to "
+                                  f"{mqtt or daemon.url + ' (HTTP)'}")
                 await stop.wait()
             finally:
                 for emulated_host in hosts:
                     await emulated_host.stop()
                 await daemon.stop()
 
-    _run_until_signalled("the daemon", serve)
+    # Emulated hosts start their jobs' processes.
+    _run_until_signalled("the daemon", serve, spawns=any(h.emulate for h in loaded.host))
+
+
+def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, str]:
+    """``NAME=VALUE`` options, each name once."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise _fail(f"{option} {value!r}: expected {what}")
+        if name.strip() in out:
+            raise _fail(f"{option}: {name.strip()!r} is given twice")
+        out[name.strip()] = rest.strip()
+    return out
+
+
+def _agent_token(explicit: str | None) -> str:
+    """--token, else $LABD_TOKEN, else the token file; the agent never makes one."""
+    from labd.daemon import token_path
+
+    if explicit or os.environ.get("LABD_TOKEN"):
+        return explicit or os.environ["LABD_TOKEN"]
+    path = token_path()
+    if path.exists():
+        return path.read_text().strip()
+    raise _fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or copy "
+                f"the daemon's token file to {path}")
 
 
 @app.command()
 def agent(
     host: Annotated[str, typer.Option(help="This host's id, as in the lab file's [[host]].")],
-    mqtt: Annotated[str, typer.Option(help="The lab's MQTT broker, mqtt://HOST[:PORT].")],
-    lab: Annotated[str, typer.Option(help="The lab's name (the [lab] name).")],
-    backend: Annotated[str, typer.Option(help="nvidia-smi, or emulated.")] = "nvidia-smi",
+    lab: Annotated[str, typer.Option(help="The lab's name, as in its lab file (lab.name).")],
+    mqtt: Annotated[str | None, typer.Option(
+        help="The lab's MQTT broker, mqtt://HOST[:PORT].")] = None,
+    daemon: Annotated[str | None, typer.Option(
+        help="Where the lab has no broker: the daemon's URL (http://HOST:PORT); reports go "
+             "to its API.")] = None,
+    token: Annotated[str | None, typer.Option(
+        help="With --daemon: the daemon's token (default: $LABD_TOKEN, else the token "
+             "file).")] = None,
+    backend: Annotated[str, typer.Option(
+        help="auto (NVML where a driver is present, else nvidia-smi), nvml, nvidia-smi, "
+             "or emulated.")] = "auto",
     gpus: Annotated[int | None, typer.Option(
         min=0, max=64, help="GPUs this host should have (missing ones count as failed); "
                             "with --backend emulated, how many to emulate.")] = None,
     interval: Annotated[float, typer.Option(min=0.05, max=60,
                                             help="Heartbeat interval, seconds.")] = 1.0,
+    job: Annotated[list[str] | None, typer.Option(
+        help="JOB=COMMAND: the command this host runs for a job of the lab file "
+             "(repeatable). The agent runs nothing else.")] = None,
+    nic: Annotated[list[str] | None, typer.Option(
+        help="ENDPOINT=INTERFACE: the network interface behind a NIC endpoint of the lab "
+             "file, whose carrier the agent reports (repeatable).")] = None,
 ) -> None:
-    """The GPU-host agent: reports GPU health and heartbeats to the daemon over MQTT."""
+    """The GPU-host agent: reports GPU health, NIC links and job progress to the daemon
+    over MQTT, and runs the host's part of the jobs it is configured for."""
+    import shlex
+
     from labd.agent.agent import Agent, run_agent
     from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
+    from labd.agent.nics import SysfsNics
+    from labd.agent.nvml import NvmlBackend, NvmlUnavailable
 
+    if (mqtt is None) == (daemon is None):
+        raise _fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
+    commands = {name: shlex.split(command) for name, command in
+                _assignments(job, "--job", "JOB=COMMAND, e.g. ring4='torchrun train.py'").items()}
+    interfaces = _assignments(nic, "--nic", "ENDPOINT=INTERFACE, e.g. h0.nic0=ens1f0")
     chosen: Backend
-    if backend == "emulated":
-        chosen = EmulatedBackend(count=gpus if gpus is not None else 8)
-    elif backend == "nvidia-smi":
-        chosen = SmiBackend()
-    else:
-        raise _fail(f"backend {backend!r}: expected nvidia-smi or emulated")
     try:
-        runner = Agent(lab=lab, host=host, mqtt=mqtt, backend=chosen, interval=interval,
-                       expected_gpus=gpus)
+        if backend == "emulated":
+            chosen = EmulatedBackend(count=gpus if gpus is not None else 8)
+        elif backend == "nvidia-smi":
+            chosen = SmiBackend()
+        elif backend == "nvml":
+            chosen = NvmlBackend()
+        elif backend == "auto":
+            try:
+                chosen, backend = NvmlBackend(), "nvml"
+            except NvmlUnavailable:
+                chosen, backend = SmiBackend(), "nvidia-smi"
+        else:
+            raise _fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
+        runner = Agent(lab=lab, host=host, backend=chosen, mqtt=mqtt, daemon=daemon,
+                       token=_agent_token(token) if daemon else None,
+                       interval=interval, expected_gpus=gpus, jobs=commands,
+                       nics=SysfsNics(interfaces) if interfaces else None)
     except LabdError as exc:
         raise _fail(str(exc)) from None
-    console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt} every "
-                  f"{interval:g} s ({backend})")
+    console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt or daemon} every "
+                  f"{interval:g} s ({backend}); jobs: {', '.join(commands) or 'none'}; "
+                  f"NICs: {', '.join(interfaces) or 'none'}")
 
     async def serve(stop: asyncio.Event) -> None:
         await run_agent(runner, stop)
 
-    _run_until_signalled("the agent", serve)
+    _run_until_signalled("the agent", serve, spawns=True)
 
 
 @app.command()
@@ -238,7 +314,9 @@ def emulate(
                 for host in hosts:
                     await host.stop()
 
-    _run_until_signalled("the emulators", serve)
+    # Emulated hosts start their jobs' processes.
+    _run_until_signalled("the emulators", serve,
+                         spawns=bool(mqtt and any(h.emulate for h in loaded.host)))
 
 
 @app.command()
@@ -303,8 +381,9 @@ def measure_failover(
     lab: Annotated[str, typer.Option(help="Lab (path or packaged name); its hosts must be "
                                           "emulated.")] = "failover",
     job: Annotated[str | None, typer.Option(help="Job to drill (default: the first).")] = None,
-    mqtt: Annotated[str, typer.Option(help="MQTT broker the emulated hosts report to.")]
-    = "mqtt://127.0.0.1:1883",
+    mqtt: Annotated[str | None, typer.Option(
+        help="MQTT broker the emulated hosts report to (default: the one on this machine if "
+             "it answers; else they report to the daemon over HTTP).")] = None,
     signal_name: Annotated[str, typer.Option("--signal", help="GPU failure signal: xid79, "
                                                               "xid48, ecc, lost, ...")]
     = "xid79",
@@ -315,28 +394,21 @@ def measure_failover(
     """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
     daemon swap in a spare and restart the job, and print each stage's p50/p99."""
     from labd.agent.backends import SIGNALS
-    from labd.bus import parse_url
-    from labd.drill import failover_report
+    from labd.drill import broker_reachable, failover_report, local_broker
     from labd.drill import measure_failover as drills
 
     if signal_name not in SIGNALS:
         raise _fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")
     loaded = _load(lab)
-    try:
-        host, port = parse_url(mqtt)
-    except LabdError as exc:
-        raise _fail(str(exc)) from None
-    import socket
-
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-    except OSError as exc:
-        raise _fail(f"the emulated hosts report over MQTT, and no broker answers at {mqtt} "
-                    f"({exc}); start one (e.g. mosquitto) or give --mqtt URL") from None
+    if mqtt is not None and (problem := broker_reachable(mqtt)) is not None:
+        raise _fail(f"no MQTT broker answers at {mqtt} ({problem}); start one (e.g. "
+                    "mosquitto), or leave --mqtt out to have the hosts report over HTTP")
+    mqtt = mqtt or local_broker()
     switch_ms = next((e.emulator.switch_time_ms for e in loaded.instrument
                       if e.emulator.switch_time_ms is not None), None)
     console.print(f"[bold]labd measure failover[/]: lab [cyan]{loaded.lab.name}[/], {n} GPU "
-                  f"failure(s) ({signal_name}) and {lost} host(s) lost")
+                  f"failure(s) ({signal_name}) and {lost} host(s) lost; hosts report "
+                  f"{'to ' + mqtt if mqtt else 'to the daemon over HTTP (no MQTT broker)'}")
 
     async def body() -> None:
         results = await drills(loaded, drills=n, lost=lost, mqtt=mqtt, console=console,
@@ -345,12 +417,13 @@ def measure_failover(
             console.print(table)
 
     try:
-        run(body())
+        run(body(), spawns=True)
     except LabdError as exc:
         raise _fail(str(exc)) from None
 
 
-def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]], *,
+                         spawns: bool = False) -> None:
     """Run a long-lived service until SIGINT or SIGTERM, then let it shut down cleanly;
     a start-up failure is one clear message."""
 
@@ -362,7 +435,7 @@ def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[No
         await body(stop)
 
     try:
-        run(main())
+        run(main(), spawns=spawns)
     except OSError as exc:
         raise _fail(f"cannot start {what}: {exc}") from None
     except LabdError as exc:

@@ -25,7 +25,7 @@ from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.drivers import make_driver
 from labd.engine import Engine
-from labd.hosts import HostMonitor
+from labd.hosts import CommandQueues, HostMonitor
 from labd.hub import EventHub
 from labd.jobs import JobManager
 from labd.labfile import Lab
@@ -88,8 +88,11 @@ class Daemon:
             from labd.bus import MqttBridge
 
             self.bus = MqttBridge(self, mqtt)
+        # Agents take job commands from the broker, or, without one, from the API.
+        self.commands = CommandQueues()
         self.jobs = JobManager(lab, self.engine, self.hosts, self.hub, self.store,
-                               self.bus.send_to_host if self.bus is not None else None)
+                               self.bus.send_to_host if self.bus is not None
+                               else self.commands.send)
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
 

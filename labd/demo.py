@@ -30,8 +30,9 @@ from instruments.meter import MeterInfo, PowerMeter
 from instruments.switch import OpticalSwitch, SwitchInfo
 from labd.backdoor import Backdoor, spawn_emulators
 from labd.daemon import Daemon, StartupReport
+from labd.drill import broker_reachable, local_broker, measure_failover, timeline_table
 from labd.engine import Result
-from labd.labfile import Lab
+from labd.labfile import Lab, load_lab
 from labd.stats import percentile
 from labd.verify import light_drill
 from labd.wiring import dark_ingress, metered_paths
@@ -220,6 +221,25 @@ def _report(runs: list[SwitchRun]) -> Table:
                       f"{percentile(run.total_ms, 50):.2f}",
                       f"{percentile(run.total_ms, 99):.2f}")
     return table
+
+
+async def failover_drill(console: Console, mqtt: str | None, seed: int | None) -> None:
+    """One GPU failure on the packaged failover lab: a ring of four emulated GPU hosts with
+    two spares; the daemon swaps a spare in and restarts the job. The hosts report over
+    MQTT where a broker answers, else to the daemon over HTTP. Its hosts start job
+    processes: run it on the standard loop (labd.runtime)."""
+    if mqtt is not None and broker_reachable(mqtt) is not None:
+        console.print(f"\n[yellow]No MQTT broker answers at {mqtt}[/]: the failover drill's "
+                      "hosts report to the daemon over HTTP instead.")
+        mqtt = None
+    mqtt = mqtt or local_broker()
+    console.print("\n[bold]Failover drill[/] on the packaged lab [cyan]failover[/]: a GPU of a "
+                  "4-rank ring job fails (Xid 79); the daemon picks a spare, rewires the OCS, "
+                  "waits for light and links, and restarts the job with the new rank map "
+                  f"(hosts report {'over MQTT' if mqtt else 'over HTTP'})")
+    (result,) = await measure_failover(load_lab("failover"), drills=1, lost=0, mqtt=mqtt,
+                                       console=console, seed=seed)
+    console.print(timeline_table(result))
 
 
 async def _fault_drill(switch: OpticalSwitch, backdoor: Backdoor, console: Console) -> None:

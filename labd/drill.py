@@ -50,20 +50,21 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def emulated_rig(lab: Lab, *, db: str, mqtt: str, port: int = 0,
+async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None, port: int = 0,
                        token: str | None = None) -> AsyncIterator[Rig]:
     """Start the lab's emulators and emulated hosts and a daemon on them; stop them all
-    after (and clear the hosts' retained MQTT status, which would outlive the run)."""
+    after (and clear the hosts' retained MQTT status, which would outlive the run). Without
+    ``mqtt`` the hosts report to the daemon over HTTP."""
     emulated, entries = emulated_lab(lab)
     async with emulated:
         daemon = Daemon(lab, db=db, port=port, token=token, mqtt=mqtt,
                         addresses={e.id: endpoint_of(emulated, e) for e in entries})
         await daemon.start()
-        hosts = emulated_hosts(lab, mqtt, emulated)
+        hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
         backdoor = Backdoor(emulated.control_url)
         try:
-            assert daemon.bus is not None
-            await daemon.bus.wait_sessions(1, timeout=10)
+            if daemon.bus is not None:
+                await daemon.bus.wait_sessions(1, timeout=10)
             for host in hosts:
                 host.start()
                 emulated.hosts[host.id] = host
@@ -73,12 +74,17 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str, port: int = 0,
                 await host.stop()
             await backdoor.close()
             await daemon.stop()
-            with contextlib.suppress(aiomqtt.MqttError):
-                async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
-                    for entry in lab.host:
-                        await cleaner.publish(f"labd/{lab.lab.name}/hosts/{entry.id}/status",
-                                              b"", retain=True)
-                    await cleaner.publish(f"labd/{lab.lab.name}/daemon", b"", retain=True)
+            if mqtt is not None:
+                await _clear_retained(lab, mqtt)
+
+
+async def _clear_retained(lab: Lab, mqtt: str) -> None:
+    with contextlib.suppress(aiomqtt.MqttError):
+        async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
+            for entry in lab.host:
+                await cleaner.publish(f"labd/{lab.lab.name}/hosts/{entry.id}/status", b"",
+                                      retain=True)
+            await cleaner.publish(f"labd/{lab.lab.name}/daemon", b"", retain=True)
 
 
 async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
@@ -143,21 +149,26 @@ def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
                 break
             data = event.data
             if (event.kind == "failover" and event.seq > since_seq and data["job"] == job
-                    and data["member"] == member and data["outcome"] in FINAL):
-                found["timeline"] = data
+                    and data["member"] == member):
+                found["latest"] = data
+                if data["outcome"] in FINAL:
+                    found["timeline"] = data
         if "timeline" in found:
             sub.close()
         return found.get("timeline")
 
+    check.latest = found  # type: ignore[attr-defined]
     return check
 
 
 async def run_drill(rig: Rig, job: str, rng: random.Random, *, kind: str = "gpu",
-                    signal: str = "xid79", timeout: float = 60) -> DrillResult:
-    """Fail one member of a running job and wait for its recovery to end."""
+                    signal: str = "xid79", timeout: float = 60,
+                    member: str | None = None) -> DrillResult:
+    """Fail one member (``member``, or one at random) of a running job and wait for its
+    recovery to end."""
     daemon = rig.daemon
     state = daemon.jobs.job(job)
-    member = rng.choice(state.members)
+    member = member or rng.choice(state.members)
     where = daemon.lab.placement(member)
     if where is None:
         raise DrillError(f"member {member!r} is on no host")
@@ -168,7 +179,12 @@ async def run_drill(rig: Rig, job: str, rng: random.Random, *, kind: str = "gpu"
         injected = await rig.backdoor.fail_gpu(host.id, gpu, signal)
     else:
         injected = await rig.backdoor.kill_host(host.id)
-    timeline = await wait_for(daemon.hub, done, timeout, f"the recovery of {member}")
+    try:
+        timeline = await wait_for(daemon.hub, done, timeout, f"the recovery of {member}")
+    except DrillError as exc:
+        so_far = done.latest.get("latest")  # type: ignore[attr-defined]
+        raise DrillError(f"{exc}; its timeline so far: {so_far or 'none (never detected)'}; "
+                         f"the job: {state.as_dict()}") from None
     receivers = {dst for _, dst in (timeline.get("plan") or {}).get("new_links", [])}
     # Light is on every new circuit once the last receiver saw its last rise.
     latest: dict[str, int] = {}
@@ -196,7 +212,8 @@ async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -
 
 
 # -- labd measure failover -----------------------------------------------------------------
-async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str, console: Console,
+async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None,
+                           console: Console,
                            seed: int | None = None, signal: str = "xid79",
                            db: str | None = None, job: str | None = None) -> list[DrillResult]:
     if not lab.job:
@@ -276,3 +293,48 @@ def failover_report(results: list[DrillResult], switch_ms: float | None) -> list
                        "≤ 1.5", "yes" if max(detect) <= 1.5 else "NO")
     tables.append(target)
     return tables
+
+
+def timeline_table(result: DrillResult) -> Table:
+    """One recovery, stage by stage: when (after the failure) and how long each step took."""
+    t = result.timeline
+    plan = t.get("plan") or {}
+    table = Table(title=f"Failover drill: {t['trigger']} on {t['member']} → "
+                        f"{plan.get('spare', 'no spare')} ({t['outcome']})")
+    for column in ("stage", "ms after failure", "step, ms"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    # In the order they happened (light can reach a receiver before the switch says done).
+    reached = sorted(((result.injected_ns if stage == "failure" else t["stages"].get(stage),
+                       stage) for stage in STAGES), key=lambda item: (item[0] is None,
+                                                                      item[0] or 0))
+    previous = result.injected_ns
+    for at, stage in reached:
+        if at is None:
+            table.add_row(stage, "-", "-")
+            continue
+        table.add_row(stage, f"{(at - result.injected_ns) / 1e6:.2f}",
+                      f"{(at - previous) / 1e6:.2f}")
+        previous = at
+    if result.light_truth_ns is not None:
+        table.add_row("[dim]light at receivers (truth)[/]",
+                      f"[dim]{(result.light_truth_ns - result.injected_ns) / 1e6:.2f}[/]", "")
+    return table
+
+
+LOCAL_BROKER = "mqtt://127.0.0.1:1883"
+
+
+def local_broker() -> str | None:
+    """The MQTT broker on this machine, if one answers."""
+    return LOCAL_BROKER if broker_reachable(LOCAL_BROKER) is None else None
+
+
+def broker_reachable(url: str) -> str | None:
+    """None when an MQTT broker listens at ``url``; otherwise why not."""
+    import socket
+
+    try:
+        socket.create_connection(parse_url(url), timeout=2).close()
+    except (OSError, LabdError) as exc:
+        return str(exc)
+    return None

@@ -121,8 +121,9 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
 class EmulatedHost:
     """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
 
-    def __init__(self, lab: Lab, host: HostEntry, mqtt: str,
-                 light_dbm: Callable[[str], float] | None) -> None:
+    def __init__(self, lab: Lab, host: HostEntry, mqtt: str | None,
+                 light_dbm: Callable[[str], float] | None,
+                 daemon: tuple[str, str] | None = None) -> None:
         self.id = host.id
         self.backend = EmulatedBackend(count=host.gpus)
         # NIC links follow the light the optical model delivers to the host's endpoints.
@@ -132,7 +133,9 @@ class EmulatedHost:
         # Every job of the lab runs the emulated trainer here.
         jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
                 for job in lab.job}
-        self.agent = Agent(lab=lab.lab.name, host=host.id, mqtt=mqtt, backend=self.backend,
+        self.agent = Agent(lab=lab.lab.name, host=host.id, backend=self.backend,
+                           mqtt=mqtt, daemon=daemon[0] if daemon else None,
+                           token=daemon[1] if daemon else None,
                            interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics,
                            jobs=jobs)
         self.killed_at: int | None = None
@@ -193,13 +196,14 @@ class EmulatedHost:
                 "failed_at_ns": {str(k): v for k, v in self.backend.failed_at.items()}}
 
 
-def emulated_hosts(lab: Lab, mqtt: str | None,
-                   emulated: EmulatedLab | None = None) -> list[EmulatedHost]:
-    """The lab's ``emulate = true`` hosts; they need a broker to report to."""
+def emulated_hosts(lab: Lab, mqtt: str | None, emulated: EmulatedLab | None = None, *,
+                   daemon: tuple[str, str] | None = None) -> list[EmulatedHost]:
+    """The lab's ``emulate = true`` hosts. They report to a broker, or, where the lab has
+    none, to the daemon over HTTP (``daemon``: its URL and token)."""
     wanted = [h for h in lab.host if h.emulate]
-    if wanted and not mqtt:
+    if wanted and not mqtt and not daemon:
         raise LabFileError(lab.source, [
             f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
             "emulate = true: their agents need a broker; give --mqtt URL"])
     light = emulated.power_now if emulated is not None and emulated.optics else None
-    return [EmulatedHost(lab, h, mqtt or "", light) for h in wanted]
+    return [EmulatedHost(lab, h, mqtt, light, None if mqtt else daemon) for h in wanted]

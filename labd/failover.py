@@ -103,6 +103,6 @@ def choose_spare(lab: Lab, engine: Engine, job: JobEntry, members: list[str], fa
     plans.sort(key=lambda item: item[0])
     best = plans[0][1]
     for _, other in plans[1:]:
-        rejected[other.spare] = (f"{other.hops} hops" + ("" if other.same_rack else
-                                                         ", another rack"))
+        rejected[other.spare] = (f"passed over: {other.hops} switch hops"
+                                 + ("" if other.same_rack else ", another rack"))
     return best, rejected

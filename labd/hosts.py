@@ -22,6 +22,9 @@ class HostState:
     id: str
     status: str = "unknown"  # online, offline, lost, unknown
     last_beat_ns: int | None = None
+    """When the last heartbeat arrived (daemon clock)."""
+    last_sent_ns: int | None = None
+    """When the agent sent it, on the daemon's clock (see ``offset_ns``)."""
     interval_s: float | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     nics: dict[str, bool] = field(default_factory=dict)
@@ -68,34 +71,33 @@ class HostMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
 
-    def handle(self, host: str, kind: str, payload: bytes) -> None:
+    def handle(self, host: str, kind: str, payload: bytes) -> str | None:
         """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is
-        reported as a warning event and changes nothing."""
+        reported as a warning event, changes nothing, and its problem is returned."""
         state = self.hosts.setdefault(host, HostState(host))
         if kind == "job":
-            return  # the daemon's own commands to the agent
+            return None  # the daemon's own commands to the agent
         if kind == "status":
             text = payload.decode(errors="replace").strip()
+            if not text:
+                return None  # a retained status being cleared
             if text not in ("online", "offline"):
-                if text:
-                    self._bad(host, kind, f"status {text!r} is not online or offline")
-                return
+                return self._bad(host, kind, f"status {text!r} is not online or offline")
             self._set_status(state, text)
-            return
+            return None
         try:
             data = json.loads(payload)
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
-            self._bad(host, kind, f"not JSON: {exc}")
-            return
+            return self._bad(host, kind, f"not JSON: {exc}")
         state._saw(data.get("sent_ns"))
         if kind == "heartbeat":
             gpus = data.get("gpus")
             if not isinstance(gpus, list):
-                self._bad(host, kind, "'gpus' must be a list")
-                return
+                return self._bad(host, kind, "'gpus' must be a list")
             state.last_beat_ns = time.monotonic_ns()
+            state.last_sent_ns = state.to_daemon_clock(data.get("sent_ns"))
             interval = data.get("interval_s")
             state.interval_s = float(interval) if isinstance(interval, int | float) else None
             state.gpus, state.error = gpus, data.get("error")
@@ -105,11 +107,11 @@ class HostMonitor:
             if state.status != "online":
                 self._set_status(state, "online")
         elif kind == "events" and "job" in data:
-            self._job_event(host, data)
+            return self._job_event(host, data)
         elif kind == "events" and "nic" in data:
             if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
-                self._bad(host, kind, "a NIC event needs 'nic' (a name) and 'up' (true/false)")
-                return
+                return self._bad(host, kind,
+                                 "a NIC event needs 'nic' (a name) and 'up' (true/false)")
             state.nics[data["nic"]] = data["up"]
             if isinstance(data.get("at_ns"), int):
                 state.nic_since_ns[data["nic"]] = data["at_ns"]
@@ -118,8 +120,7 @@ class HostMonitor:
         elif kind == "events":
             if data.get("health") not in ("healthy", "degraded", "failed") or not isinstance(
                     data.get("gpu"), int):
-                self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
-                return
+                return self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
             # The verdict holds from now, before the next heartbeat repeats it.
             entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
             if entry is None:
@@ -128,21 +129,22 @@ class HostMonitor:
                 entry["health"] = data["health"]
             self.hub.publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
                 "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
+        return None
 
-    def _job_event(self, host: str, data: dict[str, Any]) -> None:
+    def _job_event(self, host: str, data: dict[str, Any]) -> str | None:
         if data.get("error") is not None:
             self.hub.publish("job.error", {"host": host, "job": data.get("job"),
                                            "epoch": data.get("epoch"), "rank": data.get("rank"),
                                            "error": str(data["error"])})
-            return
+            return None
         if (not isinstance(data.get("job"), str) or not isinstance(data.get("rank"), int)
                 or not isinstance(data.get("epoch"), int)
                 or data.get("progress") not in ("started", "ready", "step", "exited")):
-            self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
-                                      "'progress' (started, ready, step or exited)")
-            return
+            return self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
+                                             "'progress' (started, ready, step or exited)")
         self.hub.publish("job.progress", {"host": host, **{k: data.get(k) for k in (
             "job", "epoch", "rank", "progress", "step", "code", "at_ns")}})
+        return None
 
     def _set_status(self, state: HostState, status: str) -> None:
         if state.status == status:
@@ -151,10 +153,13 @@ class HostMonitor:
         kind = "host.lost" if status in ("offline", "lost") and before == "online" else \
             "host.status"
         self.hub.publish(kind, {"host": state.id, "status": status, "was": before,
-                                "last_beat_ns": state.last_beat_ns})
+                                "last_beat_ns": state.last_beat_ns,
+                                "last_sent_ns": state.last_sent_ns})
 
-    def _bad(self, host: str, kind: str, why: str) -> None:
-        self.hub.publish("warning", {"detail": f"bad {kind} message from host {host}: {why}"})
+    def _bad(self, host: str, kind: str, why: str) -> str:
+        detail = f"bad {kind} message from host {host}: {why}"
+        self.hub.publish("warning", {"detail": detail})
+        return detail
 
     async def _watch(self) -> None:
         """Declare hosts lost whose heartbeats stopped for 1.5 intervals."""
@@ -167,3 +172,29 @@ class HostMonitor:
                     self._set_status(state, "lost")
             intervals = [s.interval_s for s in self.hosts.values() if s.interval_s]
             await asyncio.sleep(min(intervals, default=1.0) / 10)
+
+
+class CommandQueues:
+    """Job commands for agents that reach the daemon over HTTP: each host's agent
+    long-polls ``GET /v1/agents/{host}/commands`` and gets them in order."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+
+    def _queue(self, host: str) -> asyncio.Queue[dict[str, Any]]:
+        return self._queues.setdefault(host, asyncio.Queue())
+
+    async def send(self, host: str, message: dict[str, Any]) -> None:
+        self._queue(host).put_nowait(message)
+
+    async def take(self, host: str, wait_s: float) -> list[dict[str, Any]]:
+        """What is waiting for ``host``, waiting up to ``wait_s`` for the first."""
+        queue = self._queue(host)
+        try:
+            first = await asyncio.wait_for(queue.get(), wait_s)
+        except TimeoutError:
+            return []
+        out = [first]
+        while not queue.empty():
+            out.append(queue.get_nowait())
+        return out

@@ -15,7 +15,8 @@ Failures of one job are handled one after another: one that arrives while a reco
 waits for it, then sees the job as that recovery left it. Every recovery ends in a recorded
 outcome: ``recovered``, ``no-spare``, ``declined``, ``recorded`` (policy ``off``),
 ``failed`` (a switch refused or light did not arrive), ``timeout`` (links or the restarted
-job did not come up in time), or ``skipped`` (the member had already been replaced).
+job did not come up in time), or ``skipped`` (the member had already been replaced). A member
+left failed is not reported again; returning a spare to the pool retries it.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ class JobState:
     pending: Timeline | None = None
     incoming: str | None = None
     """The spare a running recovery is swapping in: its failures count as the job's."""
+    failed: set[str] = field(default_factory=set)
+    """Members known failed that no recovery replaced: further reports of them are not new
+    failures; a spare returned to the pool retries them."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.entry.id, "topology": self.entry.topology,
@@ -190,14 +194,18 @@ class JobManager:
                           "gpu": where[1]})
         return ranks
 
-    async def _command(self, state: JobState, hosts: set[str], action: str) -> None:
+    def _sender(self) -> SendToHost:
         if self.send is None:
             raise JobError("jobs run through the hosts' agents: start the daemon with --mqtt")
+        return self.send
+
+    async def _command(self, state: JobState, hosts: set[str], action: str) -> None:
+        send = self._sender()
         message: dict[str, Any] = {"action": action, "job": state.entry.id}
         if action == "start":
             message |= {"epoch": state.epoch, "ranks": self._ranks(state.members)}
         for host in sorted(hosts):
-            await self.send(host, message)
+            await send(host, message)
 
     def _hosts_of(self, members: list[str]) -> set[str]:
         return {w[0].id for m in members if (w := self.lab.placement(m)) is not None}
@@ -207,6 +215,7 @@ class JobManager:
         state = self.job(job_id)
         if state.status == "recovering":
             raise JobError(f"job {job_id!r} is recovering; wait for the recovery to end")
+        self._sender()  # before any circuit is made
         self._ranks(state.members)  # every member must be on a host
         missing = [(s, d) for s, d in state.entry.links(state.members)
                    if trace_circuit(self.lab, s, d, self.engine.intended) is None]
@@ -239,6 +248,12 @@ class JobManager:
             raise JobError(f"{endpoint!r} is a member of a job; it cannot be a spare")
         if endpoint not in state.spares:
             state.spares.append(endpoint)
+        for member in sorted(state.failed):
+            where = self.lab.placement(member)
+            state.queue.put_nowait(Failure(
+                state.entry.id, member, where[0].id if where else "", where[1] if where else None,
+                "spare-returned", [f"{endpoint} returned to the spare pool"], None, None,
+                time.monotonic_ns()))
         self.hub.publish("job.state", state.as_dict())
         return state.as_dict()
 
@@ -267,29 +282,40 @@ class JobManager:
 
     def _on_event(self, event: Event) -> None:
         data = event.data
-        if event.kind == "gpu.health" and data.get("health") == "failed":
-            host = next((h for h in self.lab.host if h.id == data.get("host")), None)
-            gpu = data.get("gpu")
-            if host is None or not isinstance(gpu, int) or gpu >= len(host.nics):
-                return  # a GPU no NIC of the fabric serves: no job of ours runs on it
-            state = self.hosts.hosts.get(host.id)
-            self._enqueue(host.nics[gpu], host.id, gpu, "gpu-failed",
-                          [str(r) for r in data.get("reasons") or []],
-                          state.to_daemon_clock(data.get("since_ns") or data.get("at_ns"))
-                          if state else None,
-                          state.to_daemon_clock(data.get("at_ns")) if state else None,
-                          event.at_ns)
+        if event.kind == "gpu.health" and (placed := self._fabric_nic(data)) is not None:
+            host_id, gpu, endpoint = placed
+            if data.get("health") == "healthy":
+                for state in self.jobs.values():  # a failed member that healed is usable
+                    state.failed.discard(endpoint)
+            elif data.get("health") == "failed":
+                seen = self.hosts.hosts.get(host_id)
+                self._enqueue(endpoint, host_id, gpu, "gpu-failed",
+                              [str(r) for r in data.get("reasons") or []],
+                              seen.to_daemon_clock(data.get("since_ns") or data.get("at_ns"))
+                              if seen else None,
+                              seen.to_daemon_clock(data.get("at_ns")) if seen else None,
+                              event.at_ns)
         elif event.kind == "host.lost":
             host = next((h for h in self.lab.host if h.id == data.get("host")), None)
             if host is None:
                 return
-            last = data.get("last_beat_ns")
+            # The host was last known alive when it sent its last heartbeat.
+            last = data.get("last_sent_ns") or data.get("last_beat_ns")
             for nic in host.nics:
                 self._enqueue(nic, host.id, None, "host-lost",
                               [f"host {data.get('status')}"],
                               last if isinstance(last, int) else None, None, event.at_ns)
         elif event.kind == "job.progress":
             self._on_progress(data)
+
+    def _fabric_nic(self, data: dict[str, Any]) -> tuple[str, int, str] | None:
+        """(host, GPU, its NIC endpoint) of a GPU event, for GPUs a fabric NIC serves (no
+        job of ours runs on the others)."""
+        host = next((h for h in self.lab.host if h.id == data.get("host")), None)
+        gpu = data.get("gpu")
+        if host is None or not isinstance(gpu, int) or not 0 <= gpu < len(host.nics):
+            return None
+        return host.id, gpu, host.nics[gpu]
 
     def _enqueue(self, member: str, host: str, gpu: int | None, trigger: str,
                  reasons: list[str], failure_ns: int | None, reported_ns: int | None,
@@ -340,6 +366,10 @@ class JobManager:
         timeline.outcome, timeline.detail = outcome, detail
         if status is not None:
             state.status = status
+        if outcome != "skipped" and timeline.member in state.members:
+            state.failed.add(timeline.member)  # still in the job, and still failed
+        else:
+            state.failed.discard(timeline.member)
         await self._save(timeline)
         self._publish(timeline)
         self.hub.publish("job.state", state.as_dict())
@@ -385,6 +415,8 @@ class JobManager:
             await self._finish(state, timeline, "skipped",
                                f"{failure.member} had already been replaced")
             return
+        if failure.member in state.failed and failure.trigger != "spare-returned":
+            return  # another report of a failure already recorded
         if state.entry.recovery == "off":
             await self._finish(state, timeline, "recorded", "recovery is off for this job",
                                status="degraded")

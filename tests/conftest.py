@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -40,3 +42,16 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
             return factories
         factories["uvloop"] = uvloop.new_event_loop
     return factories
+
+
+def _dump_tasks(*_: object) -> None:
+    """SIGUSR1: print every asyncio task's stack (to see what a stuck test awaits)."""
+    try:
+        tasks = asyncio.all_tasks()
+    except RuntimeError:
+        return
+    for task in tasks:
+        task.print_stack(limit=12, file=sys.stderr)
+
+
+signal.signal(signal.SIGUSR1, _dump_tasks)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from emulators import EmulatedLab
 from labd.labfile import load_lab
@@ -84,15 +85,20 @@ async def test_probe_tl1_blocks_and_silence(lab: EmulatedLab) -> None:
     assert code == 0 and "no reply within 0.2 s" in out
 
 
+@pytest.mark.timeout(240)
 async def test_demo_runs_and_exits_zero() -> None:
     code, out, err = await run("demo", "--rounds", "2", "--seed", "1", "--light-events", "4",
-                               timeout=120)
+                               timeout=200)
     assert code == 0, err
     for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out
     assert "device p50" in out and "Fault drill" in out and "resynchronised" in out
     assert "daemon: API http://127.0.0.1:" in out
     assert "Light verification" in out and "logging 10 µs" in out
+    # The failover drill and its timeline, stage by stage.
+    assert "Failover drill" in out and "(recovered)" in out
+    for stage in ("spare_chosen", "switches_acked", "links_up", "job_restarted", "first_step"):
+        assert stage in out
 
 
 async def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:
@@ -114,4 +120,9 @@ async def test_agent_and_run_refuse_a_bad_broker_address() -> None:
     assert code == 2 and "the port must be a number" in err and "Traceback" not in err
     code, _, err = await run("agent", "--host", "a", "--lab", "l", "--mqtt", "mqtt://h",
                              "--backend", "rocm")
-    assert code == 2 and "expected nvidia-smi or emulated" in err
+    assert code == 2 and "expected auto, nvml, nvidia-smi or emulated" in err
+    code, _, err = await run("agent", "--host", "a", "--lab", "l")
+    assert code == 2 and "give one of --mqtt URL" in err
+    code, _, err = await run("agent", "--host", "a", "--lab", "l", "--mqtt", "mqtt://h",
+                             "--job", "ring4")
+    assert code == 2 and "expected JOB=COMMAND" in err and "Traceback" not in err

@@ -186,3 +186,45 @@ members = ["g0", "g1", "g7", "g8"]
         '"g0", "g1", "g7", "g8"', '"g0", "g1", "g0"').replace('"g0", "g9"', '"g0"')))
     assert "[[job]] #1, field 'members'" not in problem
     assert "'pairs' needs an even number of members" in problem or "appears twice" in problem
+
+
+def test_spares_are_host_nics_and_not_members(tmp_path: Path) -> None:
+    base = """
+[lab]
+name = "x"
+[[endpoint]]
+id = "g0"
+[[endpoint]]
+id = "g1"
+[[endpoint]]
+id = "g2"
+[[host]]
+id = "h0"
+nics = ["g0", "g1"]
+[[host]]
+id = "h1"
+nics = ["NICS"]
+[[job]]
+id = "j"
+topology = "ring"
+members = ["g0", "g1"]
+spares = [SPARES]
+recovery = "RECOVERY"
+"""
+
+    def lab(nics: str, spares: str, recovery: str = "automatic") -> Path:
+        return write(tmp_path, base.replace("NICS", nics).replace("SPARES", spares)
+                     .replace("RECOVERY", recovery))
+
+    (problem,) = problems(lab("g2", '"g2", "g9"'))
+    assert "[[job]] #1 (id 'j'), field 'spares': 'g9' is no NIC of a [[host]]" in problem
+    (problem,) = problems(lab("g2", '"g1"'))
+    assert "g1 is both a member and a spare" in problem
+    (problem,) = problems(lab("g1", '"g2"'))
+    assert "'g1' is already a NIC of host 'h0'" in problem
+    (problem,) = problems(lab("g2", '"g2"', recovery="sometimes"))
+    assert "recovery" in problem and "automatic" in problem
+    loaded = load_lab(lab("g2", '"g2"', recovery="ask"))
+    assert loaded.job[0].spares == ["g2"] and loaded.job[0].recovery == "ask"
+    assert loaded.placement("g1") == (loaded.host[0], 1)  # the second NIC: GPU 1
+    assert loaded.placement("g9") is None

@@ -1,4 +1,5 @@
-"""``labd agent``: runs on each GPU host and reports over MQTT.
+"""``labd agent``: runs on each GPU host and reports to the daemon over MQTT (or, where a
+lab has no broker, over HTTP: labd.agent.links).
 
 Topics (``<lab>`` and ``<host>`` as in the lab file):
 
@@ -20,27 +21,39 @@ import json
 import time
 from typing import Any
 
-import aiomqtt
-
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
 from labd.agent.jobs import JobRunner
+from labd.agent.links import AgentLink, LinkDown, http_link, mqtt_link
 from labd.agent.nics import Nics
 from labd.agent.smi import SmiError
-from labd.bus import NO_DELAY, parse_url
+from labd.bus import parse_url
+from labd.errors import LabdError
+
+
+class AgentError(LabdError):
+    """The agent's settings cannot be used."""
 
 
 class Agent:
-    def __init__(self, *, lab: str, host: str, mqtt: str, backend: Backend,
+    """One host's agent. It reports over MQTT (``mqtt``) or, where the lab has no broker,
+    over HTTP to the daemon (``daemon`` URL and ``token``)."""
+
+    def __init__(self, *, lab: str, host: str, backend: Backend, mqtt: str | None = None,
+                 daemon: str | None = None, token: str | None = None,
                  interval: float = 1.0, expected_gpus: int | None = None,
                  nics: Nics | None = None, nic_poll_s: float = 0.005,
                  jobs: dict[str, list[str]] | None = None) -> None:
+        if (mqtt is None) == (daemon is None):
+            raise AgentError("give the agent one way to the daemon: an MQTT broker, or the "
+                             "daemon's URL (and token) where the lab has no broker")
+        if mqtt is not None:
+            parse_url(mqtt)  # a bad URL is a clear error now, not a retry loop later
         self.lab, self.host = lab, host
-        self.broker = parse_url(mqtt)
+        self.mqtt, self.daemon, self.token = mqtt, daemon, token or ""
         self.backend = backend
         self.interval = interval
         self.expected = expected_gpus
-        self.prefix = f"labd/{lab}/hosts/{host}"
         self.verdicts: dict[int, Verdict] = {}
         self.nics = nics
         self.nic_poll_s = nic_poll_s
@@ -48,7 +61,7 @@ class Agent:
         self.beats = 0
         self.ready = asyncio.Event()
         self.jobs = JobRunner(host, jobs or {}, self.emit)
-        # Events wait here while the broker is away and go out in order once it is back.
+        # Events wait here while the daemon is out of reach and go out in order after.
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     async def emit(self, event: dict[str, Any]) -> None:
@@ -75,57 +88,59 @@ class Agent:
             "_verdicts": verdicts,
         }
 
+    def _connect(self) -> contextlib.AbstractAsyncContextManager[AgentLink]:
+        if self.mqtt is not None:
+            return mqtt_link(self.mqtt, self.lab, self.host)
+        assert self.daemon is not None
+        return http_link(self.daemon, self.token, self.host)
+
     async def run(self) -> None:
-        """Report until cancelled; reconnect to the broker by itself."""
-        will = aiomqtt.Will(f"{self.prefix}/status", "offline", qos=1, retain=True)
+        """Report until cancelled; reconnect by itself."""
         delay = 0.1
         while True:
             try:
-                async with aiomqtt.Client(*self.broker, will=will, socket_options=NO_DELAY,
-                                          identifier=f"labd-agent-{self.host}") as client:
+                async with self._connect() as link:
                     delay = 0.1
-                    await client.publish(f"{self.prefix}/status", "online", qos=1, retain=True)
                     self.ready.set()
                     try:
-                        await self._session(client)
+                        await self._session(link)
                     except asyncio.CancelledError:
                         # A clean stop sends no last will: say it ourselves.
-                        with contextlib.suppress(aiomqtt.MqttError):
-                            await client.publish(f"{self.prefix}/status", "offline", qos=1,
-                                                 retain=True)
+                        with contextlib.suppress(LinkDown):
+                            await link.publish("status", b"offline")
                         raise
-            except aiomqtt.MqttError:
+            except LinkDown:
                 self.ready.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _session(self, client: aiomqtt.Client) -> None:
+    async def _session(self, link: AgentLink) -> None:
         try:
-            await client.subscribe(f"{self.prefix}/job", qos=1)
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._report(client))
-                group.create_task(self._send_events(client))
-                group.create_task(self._commands(client))
+                group.create_task(self._report(link))
+                group.create_task(self._send_events(link))
+                group.create_task(self._commands(link))
                 if self.nics is not None:
                     group.create_task(self._watch_links())
-        except* aiomqtt.MqttError as errors:
-            raise errors.exceptions[0] from None  # the broker went away: reconnect
+        except* LinkDown as errors:
+            raise errors.exceptions[0] from None  # the daemon is out of reach: reconnect
 
-    async def _send_events(self, client: aiomqtt.Client) -> None:
+    async def _send_events(self, link: AgentLink) -> None:
         while True:
             event = await self._outbox.get()
             try:
-                await client.publish(f"{self.prefix}/events", self.stamp(event), qos=1)
+                await link.publish("events", self.stamp(event))
             finally:
                 self._outbox.task_done()
 
-    async def _commands(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            payload = message.payload
-            await self.jobs.handle(payload if isinstance(payload, bytes) else
-                                   str(payload).encode())
+    async def _commands(self, link: AgentLink) -> None:
+        async for payload in link.commands():
+            await self.jobs.handle(payload)
 
-    async def _report(self, client: aiomqtt.Client) -> None:
+    async def _report(self, link: AgentLink) -> None:
+        # Heartbeats keep a fixed cadence (the daemon allows 1.5 intervals between them): the
+        # time spent reading the GPUs and sending comes out of the wait, not on top of it.
+        deadline = time.monotonic()
         while True:
             snap = await self.snapshot()
             verdicts: dict[int, Verdict] = snap.pop("_verdicts")
@@ -142,9 +157,10 @@ class Agent:
             # for a delayed ACK at a broker without TCP_NODELAY; a heartbeat can afford it.
             await self._outbox.join()
             snap["nics"] = dict(self.links)
-            await client.publish(f"{self.prefix}/heartbeat", self.stamp(snap), qos=0)
+            await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
-            await self.backend.wait_change(self.interval)
+            deadline = max(deadline + self.interval, time.monotonic())
+            await self.backend.wait_change(deadline - time.monotonic())
 
     async def _watch_links(self) -> None:
         """Poll carrier often (a link coming up is a recovery milestone worth timing) and
