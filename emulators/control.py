@@ -207,4 +207,5 @@ class ControlServer:
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, 5)
+                async with asyncio.timeout(5):
+                    await self._task

@@ -52,6 +52,22 @@ class BusError(LabdError):
 NO_DELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
 
+async def publish(client: aiomqtt.Client, topic: str, payload: str | bytes, *, qos: int = 0,
+                  retain: bool = False) -> None:
+    """``client.publish``, run so that a cancellation reaches the caller. aiomqtt waits with
+    asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as the
+    wait ends: a task looping on publishes would then never stop (and a TaskGroup would
+    wait for it forever). Awaited through a shield, the cancellation is ours to receive."""
+    sending = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
+    try:
+        await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        sending.cancel()
+        # Nobody awaits it any more: take its outcome so it is not reported as lost.
+        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
+        raise
+
+
 def parse_url(url: str) -> tuple[str, int]:
     try:
         parts = urlsplit(url if "://" in url else f"mqtt://{url}")
@@ -90,7 +106,7 @@ class MqttBridge:
             raise BusError(f"cannot reach host {host}: the daemon is not connected to the "
                            f"MQTT broker {self.host}:{self.port}")
         try:
-            await client.publish(f"{self.prefix}/hosts/{host}/job", json.dumps(message), qos=1)
+            await publish(client, f"{self.prefix}/hosts/{host}/job", json.dumps(message), qos=1)
         except aiomqtt.MqttError as exc:
             raise BusError(f"cannot reach host {host}: {exc}") from None
 
@@ -98,7 +114,7 @@ class MqttBridge:
         """Say ``offline`` (a clean disconnect sends no last will), then leave."""
         if self._client is not None and self.connected.is_set():
             with contextlib.suppress(aiomqtt.MqttError):
-                await self._client.publish(f"{self.prefix}/daemon", "offline", qos=1,
+                await publish(self._client, f"{self.prefix}/daemon", "offline", qos=1,
                                            retain=True)
         if self._task is not None:
             self._task.cancel()
@@ -126,7 +142,7 @@ class MqttBridge:
         snapshot, subscription = self.daemon.hub.subscribe()
         self._client = client
         try:
-            await client.publish(f"{self.prefix}/daemon", "online", qos=1, retain=True)
+            await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
             await self._publish_state(client, snapshot)
             await client.subscribe(f"{self.prefix}/command/+")
             await client.subscribe(f"{self.prefix}/hosts/+/+")
@@ -145,10 +161,10 @@ class MqttBridge:
 
     async def _publish_state(self, client: aiomqtt.Client, snapshot: dict[str, Any]) -> None:
         for instrument in snapshot["instruments"]:
-            await client.publish(f"{self.prefix}/state/instruments/{instrument['id']}",
+            await publish(client, f"{self.prefix}/state/instruments/{instrument['id']}",
                                  json.dumps(instrument), qos=1, retain=True)
         for switch, pairs in snapshot["intended"].items():
-            await client.publish(f"{self.prefix}/state/switches/{switch}",
+            await publish(client, f"{self.prefix}/state/switches/{switch}",
                                  json.dumps({"intended": pairs}), qos=1, retain=True)
 
     async def _forward(self, client: aiomqtt.Client, subscription: Any) -> None:
@@ -156,12 +172,12 @@ class MqttBridge:
             event = await subscription.next()
             if event is None:  # fell behind: start over from a snapshot
                 raise aiomqtt.MqttError("event stream overflowed; resyncing")
-            await client.publish(f"{self.prefix}/events/{event.kind}",
+            await publish(client, f"{self.prefix}/events/{event.kind}",
                                  json.dumps(event.as_dict()), qos=0)
             if event.kind == "reconfiguration":
                 switch = event.data["switch"]
                 intended = self.daemon.engine.intended.get(switch, {})
-                await client.publish(f"{self.prefix}/state/switches/{switch}",
+                await publish(client, f"{self.prefix}/state/switches/{switch}",
                                      json.dumps({"intended": sorted(intended.items())}),
                                      qos=1, retain=True)
             elif event.kind == "instrument.state":
@@ -169,7 +185,7 @@ class MqttBridge:
                 name = event.data["instrument"]
                 for instrument in self.daemon.instruments_state():
                     if instrument["id"] == name:
-                        await client.publish(f"{self.prefix}/state/instruments/{name}",
+                        await publish(client, f"{self.prefix}/state/instruments/{name}",
                                              json.dumps(instrument), qos=1, retain=True)
 
     async def _commands(self, client: aiomqtt.Client) -> None:
@@ -183,7 +199,7 @@ class MqttBridge:
                 continue
             switch = parts[-1]
             reply = await self.handle(switch, message.payload)
-            await client.publish(f"{topic}/result", json.dumps(reply), qos=1)
+            await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
 
     async def handle(self, switch: str, payload: Any) -> dict[str, Any]:
         """Carry out one command; every mistake is a result with ``error``."""

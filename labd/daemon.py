@@ -190,7 +190,8 @@ class Daemon:
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._serving, 5)
+                async with asyncio.timeout(5):
+                    await self._serving
         for driver in self.drivers.values():
             await driver.close()
         await self.store.close()

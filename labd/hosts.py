@@ -191,7 +191,8 @@ class CommandQueues:
         """What is waiting for ``host``, waiting up to ``wait_s`` for the first."""
         queue = self._queue(host)
         try:
-            first = await asyncio.wait_for(queue.get(), wait_s)
+            async with asyncio.timeout(wait_s):
+                first = await queue.get()
         except TimeoutError:
             return []
         out = [first]

@@ -18,7 +18,13 @@ LABD = [sys.executable, "-m", "labd"]
 async def run(*args: str, timeout: float = 60) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(*LABD, *args, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:  # timed out or cancelled: leave nothing running
+            proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 

@@ -159,8 +159,11 @@ class Agent:
             snap["nics"] = dict(self.links)
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
-            deadline = max(deadline + self.interval, time.monotonic())
-            await self.backend.wait_change(deadline - time.monotonic())
+            # An early wake (a change) sends an extra heartbeat; the cadence stays.
+            now = time.monotonic()
+            while deadline <= now:
+                deadline += self.interval
+            await self.backend.wait_change(deadline - now)
 
     async def _watch_links(self) -> None:
         """Poll carrier often (a link coming up is a recovery milestone worth timing) and

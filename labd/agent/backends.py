@@ -88,8 +88,11 @@ class EmulatedBackend:
         self._changed.set()
 
     async def wait_change(self, timeout: float) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+        # cancellation that lands as it times out, and the agent would never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
         self._changed.clear()
 
     def since_ns(self, gpu: int) -> int | None:

@@ -151,7 +151,8 @@ class JobRunner:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             try:
-                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+                async with asyncio.timeout(STOP_GRACE_S):
+                    await proc.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

@@ -17,7 +17,7 @@ from typing import Protocol
 import aiomqtt
 import httpx
 
-from labd.bus import NO_DELAY, parse_url
+from labd.bus import NO_DELAY, parse_url, publish
 from labd.errors import LabdError
 
 #: How long one command poll waits at the daemon for a command (HTTP).
@@ -44,8 +44,8 @@ class MqttLink:
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
         try:
-            await self.client.publish(f"{self.prefix}/{kind}", payload, qos=1 if reliable else 0,
-                                      retain=kind == "status")
+            await publish(self.client, f"{self.prefix}/{kind}", payload,
+                          qos=1 if reliable else 0, retain=kind == "status")
         except aiomqtt.MqttError as exc:
             raise LinkDown(f"MQTT: {exc}") from None
 

@@ -129,7 +129,8 @@ async def query(binary: str = "nvidia-smi", *, timeout: float = 10.0) -> SmiResu
         proc = await asyncio.create_subprocess_exec(
             binary, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+            async with asyncio.timeout(timeout):
+                out, _ = await proc.communicate()
         except TimeoutError:
             proc.kill()
             raise SmiError(f"nvidia-smi did not answer within {timeout:g} s", code=10,
