@@ -162,16 +162,24 @@ class HostMonitor:
         return detail
 
     async def _watch(self) -> None:
-        """Declare hosts lost whose heartbeats stopped for 1.5 intervals."""
+        """Declare hosts lost 1.5 intervals after their last heartbeat was sent: the timer
+        is set for the earliest such moment, so a host that dies is declared lost within
+        1.5 intervals of its death, not a polling period later."""
         while True:
             now = time.monotonic_ns()
+            due = []
             for state in self.hosts.values():
-                if (state.status == "online" and state.last_beat_ns is not None
-                        and state.interval_s
-                        and now - state.last_beat_ns > MISSED * state.interval_s * 1e9):
+                last = state.last_sent_ns or state.last_beat_ns
+                if state.status != "online" or last is None or not state.interval_s:
+                    continue
+                deadline = last + int(MISSED * state.interval_s * 1e9)
+                if now >= deadline:
                     self._set_status(state, "lost")
-            intervals = [s.interval_s for s in self.hosts.values() if s.interval_s]
-            await asyncio.sleep(min(intervals, default=1.0) / 10)
+                else:
+                    due.append(deadline)
+            # Look again at the earliest deadline (a heartbeat meanwhile only moves it on).
+            wait_ns = min(due, default=now + 1_000_000_000) - now
+            await asyncio.sleep(min(max(wait_ns / 1e9, 0.001), 1.0))
 
 
 class CommandQueues:
