@@ -174,6 +174,20 @@ def run_daemon(
     _run_until_signalled("the daemon", serve, spawns=any(h.emulate for h in loaded.host))
 
 
+@app.command()
+def tui(
+    url: Annotated[str, typer.Argument(help="The daemon's URL.")] = "http://127.0.0.1:8470",
+    token: Annotated[str | None, typer.Option(
+        help="Token for changes (default: $LABD_TOKEN, else the token file).")] = None,
+) -> None:
+    """The terminal UI: port maps, hosts, the latest failover, reconfigurations and events
+    of a running daemon, live; keys in the footer."""
+    from labd.daemon import find_token
+    from tui.app import LabApp
+
+    LabApp(url, find_token(token)).run()
+
+
 def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, str]:
     """``NAME=VALUE`` options, each name once."""
     out: dict[str, str] = {}
@@ -189,15 +203,13 @@ def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, 
 
 def _agent_token(explicit: str | None) -> str:
     """--token, else $LABD_TOKEN, else the token file; the agent never makes one."""
-    from labd.daemon import token_path
+    from labd.daemon import find_token, token_path
 
-    if explicit or os.environ.get("LABD_TOKEN"):
-        return explicit or os.environ["LABD_TOKEN"]
-    path = token_path()
-    if path.exists():
-        return path.read_text().strip()
-    raise _fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or copy "
-                f"the daemon's token file to {path}")
+    found = find_token(explicit)
+    if found is None:
+        raise _fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or "
+                    f"copy the daemon's token file to {token_path()}")
+    return found
 
 
 @app.command()

@@ -47,15 +47,20 @@ def token_path() -> Path:
     return Path(base) / "labd" / "token"
 
 
+def find_token(explicit: str | None) -> str | None:
+    """--token, else $LABD_TOKEN, else the token file if there is one."""
+    if explicit or os.environ.get("LABD_TOKEN"):
+        return explicit or os.environ["LABD_TOKEN"]
+    path = token_path()
+    return path.read_text().strip() if path.exists() else None
+
+
 def load_or_make_token(explicit: str | None) -> str:
     """--token, else $LABD_TOKEN, else the token file (made on first use, mode 0600)."""
-    if explicit:
-        return explicit
-    if os.environ.get("LABD_TOKEN"):
-        return os.environ["LABD_TOKEN"]
+    found = find_token(explicit)
+    if found:
+        return found
     path = token_path()
-    if path.exists():
-        return path.read_text().strip()
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(24)
     path.write_text(token + "\n")

@@ -1,0 +1,54 @@
+"""The TUI's only way to the daemon: its public HTTP API and event stream (design.md §2)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import websockets
+
+
+class DaemonError(Exception):
+    """The daemon refused a request or cannot be reached; the message says which."""
+
+
+class DaemonClient:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=5)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise DaemonError(f"{self.url}: {exc or type(exc).__name__}") from None
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text
+            raise DaemonError(f"{method} {path}: {response.status_code} {detail}")
+        return response.json()
+
+    async def get(self, path: str, **params: Any) -> Any:
+        return await self._call("GET", path, params=params)
+
+    async def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return await self._call("POST", path, json=body or {})
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """The snapshot, then every event, until the connection ends (DaemonError)."""
+        ws_url = "ws" + self.url[len("http"):] + "/v1/events"
+        try:
+            async with websockets.connect(ws_url, open_timeout=5) as socket:
+                async for message in socket:
+                    yield json.loads(message)
+        except (OSError, websockets.WebSocketException) as exc:
+            raise DaemonError(f"event stream {ws_url}: {exc or type(exc).__name__}") from None
+        raise DaemonError("the daemon closed the event stream")
