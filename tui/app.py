@@ -97,6 +97,9 @@ class LabApp(App[None]):
         """Notified after each event is applied."""
         self.stale = asyncio.Event()
         """Set while the daemon is out of reach."""
+        self.render_ms: list[float] = []
+        """How long each port-map update took (scripts/bench_tui.py reads it)."""
+        self.jobs: list[dict[str, Any]] = []
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -122,7 +125,7 @@ class LabApp(App[None]):
         self.query_one("#portmap", DataTable).add_columns(
             "switch", "port", "partner", "state", "power dBm")
         self.query_one("#hosttable", DataTable).add_columns(
-            "host", "status", "GPUs", "NIC links", "last heartbeat")
+            "host", "status", "GPUs", "NIC links", "jobs (rank) / spare")
         self.query_one("#timeline", DataTable).add_columns("stage", "ms after failure")
         self.query_one("#reconf", DataTable).add_columns(
             "id", "switch", "cause", "outcome", "pairs", "device ms", "light ms", "total ms")
@@ -163,6 +166,7 @@ class LabApp(App[None]):
         for switch in switches:
             await self._load_ports(switch)
         self.hosts = snapshot.get("hosts", [])
+        self.jobs = snapshot.get("jobs", [])
         latest = await self.client.get("/v1/failovers", limit=1)
         self.failover = latest[0] if latest else None
         rows = await self.client.get("/v1/reconfigurations", limit=100)
@@ -197,6 +201,9 @@ class LabApp(App[None]):
         elif kind == "failover":
             self.failover = data
             self._render_failover()
+        elif kind == "job.state":
+            self.jobs = [data if j.get("id") == data.get("id") else j for j in self.jobs]
+            self._render_hosts()
         elif kind.startswith(("host.", "gpu.", "nic.")):
             self.hosts = await self.client.get("/v1/hosts")
             self._render_hosts()
@@ -205,6 +212,7 @@ class LabApp(App[None]):
 
     # -- rendering -------------------------------------------------------------------------
     def _render_ports(self) -> None:
+        started = time.perf_counter()
         table = self.query_one("#portmap", DataTable)
         table.clear()
         wanted = self.port_filter.lower()
@@ -221,6 +229,7 @@ class LabApp(App[None]):
                 partner = Text(cells[2], style="bold cyan") if cells[2] else Text("")
                 table.add_row(switch, cells[1], partner, state,
                               power_text(port.get("power_dbm")), key=where)
+        self.render_ms.append((time.perf_counter() - started) * 1000)
 
     def _render_hosts(self) -> None:
         table = self.query_one("#hosttable", DataTable)
@@ -236,7 +245,16 @@ class LabApp(App[None]):
             status = host.get("status", "unknown")
             table.add_row(host["id"], Text(status, style="green" if status == "online"
                                            else "bold red"), gpus, links,
-                          str(host.get("last_beat_ns") or "-"), key=host["id"])
+                          self._roles(host.get("nics", {})), key=host["id"])
+
+    def _roles(self, nics: dict[str, bool]) -> str:
+        """The jobs (and ranks) a host's NICs serve, and the pools they are spares in."""
+        roles = []
+        for job in self.jobs:
+            members = job.get("members", [])
+            roles += [f"{job['id']} ({members.index(n)})" for n in nics if n in members]
+            roles += [f"spare for {job['id']}" for n in nics if n in job.get("spares", [])]
+        return ", ".join(roles) or "-"
 
     def _render_failover(self) -> None:
         table = self.query_one("#timeline", DataTable)
