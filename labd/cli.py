@@ -164,6 +164,8 @@ def run_daemon(
                 if hosts:
                     console.print(f"  {len(hosts)} emulated GPU host(s) report to "
                                   f"{mqtt or daemon.url + ' (HTTP)'}")
+                if addresses or hosts:
+                    console.print(f"  emulators' control endpoint: {emulated.control_url}")
                 await stop.wait()
             finally:
                 for emulated_host in hosts:

@@ -192,6 +192,7 @@ class Daemon:
         await self.jobs.stop()
         await self.hosts.stop()
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
+        self.commands.close()  # and agents' command polls are answered
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             with contextlib.suppress(Exception):

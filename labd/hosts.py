@@ -187,13 +187,18 @@ class CommandQueues:
     long-polls ``GET /v1/agents/{host}/commands`` and gets them in order."""
 
     def __init__(self) -> None:
-        self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
 
-    def _queue(self, host: str) -> asyncio.Queue[dict[str, Any]]:
+    def _queue(self, host: str) -> asyncio.Queue[dict[str, Any] | None]:
         return self._queues.setdefault(host, asyncio.Queue())
 
     async def send(self, host: str, message: dict[str, Any]) -> None:
         self._queue(host).put_nowait(message)
+
+    def close(self) -> None:
+        """The daemon is stopping: answer every waiting poll now (with nothing)."""
+        for queue in self._queues.values():
+            queue.put_nowait(None)
 
     async def take(self, host: str, wait_s: float) -> list[dict[str, Any]]:
         """What is waiting for ``host``, waiting up to ``wait_s`` for the first."""
@@ -206,4 +211,4 @@ class CommandQueues:
         out = [first]
         while not queue.empty():
             out.append(queue.get_nowait())
-        return out
+        return [m for m in out if m is not None]

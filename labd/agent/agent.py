@@ -144,18 +144,25 @@ class Agent:
         while True:
             snap = await self.snapshot()
             verdicts: dict[int, Verdict] = snap.pop("_verdicts")
+            changed = False
             for index, verdict in sorted(verdicts.items()):
                 before = self.verdicts.get(index)
                 if before is None or before.health != verdict.health:
+                    changed = True
                     await self.emit({
                         "gpu": index, "health": verdict.health.value,
                         "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
                         "since_ns": self.backend.since_ns(index),
                         "was": before.health.value if before else None})
             self.verdicts = verdicts
-            # Events first: a message right behind another to the same subscriber can wait
-            # for a delayed ACK at a broker without TCP_NODELAY; a heartbeat can afford it.
-            await self._outbox.join()
+            if changed:
+                # A failure report goes before the heartbeat: a message right behind another
+                # to the same subscriber can wait for a delayed ACK at a broker without
+                # TCP_NODELAY, and the report is the one that must not wait. Bounded, so
+                # that a slow link never costs a heartbeat.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval / 4):
+                        await self._outbox.join()
             snap["nics"] = dict(self.links)
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
