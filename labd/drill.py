@@ -15,6 +15,7 @@ import random
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ async def _clear_retained(lab: Lab, mqtt: str) -> None:
 
 
 async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
-                   what: str) -> Any:
+                   what: str | Callable[[], str]) -> Any:
     """Wait until ``check()`` is truthy, looking again after each daemon event."""
     _, sub = hub.subscribe()
     try:
@@ -98,7 +99,8 @@ async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
                     _, sub = hub.subscribe()
             return found
     except TimeoutError:
-        raise DrillError(f"timed out after {timeout:g} s waiting for {what}") from None
+        said = what() if callable(what) else what
+        raise DrillError(f"timed out after {timeout:g} s waiting for {said}") from None
     finally:
         sub.close()
 
@@ -246,9 +248,16 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
                     results.append(result)
                     await repair(rig, result, job_id)
                     await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
-                                   f"job {job_id} to run again")
+                                   partial(_not_running, daemon, job_id, result))
                     progress.advance(task)
     return results
+
+
+def _not_running(daemon: Daemon, job: str, last: DrillResult) -> str:
+    state = daemon.jobs.job(job)
+    return (f"job {job} to run again (after {last.timeline['outcome']} on {last.member}; "
+            f"the job is {state.status}, epoch {state.epoch}, ranks' progress "
+            f"{state.progress})")
 
 
 def failover_report(results: list[DrillResult], switch_ms: float | None) -> list[Table]:
