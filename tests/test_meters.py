@@ -175,9 +175,10 @@ async def test_light_verification_agrees_with_ground_truth(lab: EmulatedLab,
         arrived = (await watch.result())[channel]
         (truth,) = [c for c in lab.light()[seen:] if c["node"] == f"{meter}:{channel}"]
         assert truth["direction"] == "rise"
-        # The right event, found to well within the 10 ms move (scripts/bench_light.py
-        # measures the accuracy itself).
-        tolerance = 2_000_000 if meter == "pm1" else 6_000_000
+        # The right event, found within the 10 ms move (scripts/bench_light.py measures the
+        # accuracy itself). A polling meter averages over ~3 ms windows and is read in
+        # turns: it places a crossing 2-7 ms late (docs/benchmarks.md), never a move late.
+        tolerance = 2_000_000 if meter == "pm1" else 9_000_000
         assert abs(arrived - truth["at_ns"]) < tolerance
         watch = await LightWatch.start(pm, [channel], present=False, window_s=0.05)
         await sw.disconnect([ingress])
