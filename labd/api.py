@@ -23,7 +23,7 @@ from labd.engine import RequestError
 from labd.jobs import since_failure_ms
 from labd.stats import percentile
 from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
-from labd.wiring import CircuitRoute
+from labd.wiring import CircuitRoute, circuits
 
 if TYPE_CHECKING:
     from labd.daemon import Daemon
@@ -179,6 +179,12 @@ def create_app(daemon: Daemon) -> FastAPI:
         result = await engine.reconfigure(switch, disconnect=body.ports,
                                           verify_light=body.verify_light)
         return JSONResponse(result.as_dict())
+
+    @app.get("/v1/circuits")
+    async def circuits_now() -> list[dict[str, Any]]:
+        """Every circuit between endpoints that the switches' intended pairs make, with
+        the hops it takes."""
+        return [route_dict(r) for r in circuits(daemon.lab, engine.intended)]
 
     @app.post("/v1/circuits", dependencies=[Depends(authorised)])
     async def circuit(body: CircuitBody) -> dict[str, Any]:

@@ -113,10 +113,11 @@ def route_circuit(lab: Lab, src: str, dst: str, switches: dict[str, tuple[int, i
     return None
 
 
-def trace_circuit(lab: Lab, src: str, dst: str,
-                  intended: dict[str, dict[int, int]]) -> CircuitRoute | None:
-    """The hops an existing circuit takes from ``src`` to ``dst``: follow the fibres and
-    the switches' intended pairs (either direction of a pair) from ``src``."""
+def trace_from(lab: Lab, src: str, intended: dict[str, dict[int, int]]) -> CircuitRoute | None:
+    """Where light from endpoint ``src`` goes: follow the fibres and the switches' intended
+    pairs (either direction of a pair) to the endpoint it reaches; None when it reaches no
+    endpoint through at least one switch."""
+    endpoints = {e.id for e in lab.endpoint}
     out_fibres: dict[str, list[str]] = {}
     for fibre in lab.fiber:
         out_fibres.setdefault(fibre.src, []).append(fibre.dst)
@@ -126,8 +127,9 @@ def trace_circuit(lab: Lab, src: str, dst: str,
     node, seen = src, {src}
     while True:
         nexts = out_fibres.get(node, [])
-        if dst in nexts:
-            return CircuitRoute(src, dst, tuple(hops))
+        reached = [n for n in nexts if n in endpoints and n != src]
+        if reached and hops:
+            return CircuitRoute(src, reached[0], tuple(hops))
         step = None
         for nxt in nexts:
             where = _node(nxt)
@@ -143,3 +145,16 @@ def trace_circuit(lab: Lab, src: str, dst: str,
         if node in seen:
             return None
         seen.add(node)
+
+
+def trace_circuit(lab: Lab, src: str, dst: str,
+                  intended: dict[str, dict[int, int]]) -> CircuitRoute | None:
+    """The hops an existing circuit takes from ``src`` to ``dst``, if it exists."""
+    route = trace_from(lab, src, intended)
+    return route if route is not None and route.dst == dst else None
+
+
+def circuits(lab: Lab, intended: dict[str, dict[int, int]]) -> list[CircuitRoute]:
+    """Every circuit the switches' intended pairs make between endpoints."""
+    return [route for e in lab.endpoint
+            if (route := trace_from(lab, e.id, intended)) is not None]

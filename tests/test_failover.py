@@ -190,6 +190,9 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(tmp_pat
             assert one["since_failure_ms"]["first_step"] > 0
             jobs = (await api.get("/v1/jobs")).json()
             assert jobs[0]["members"] == state.members and jobs[0]["status"] == "running"
+            made = (await api.get("/v1/circuits")).json()  # exactly the new ring's circuits
+            assert sorted((c["from"], c["to"]) for c in made) == sorted(
+                daemon.lab.job[0].links(state.members))
         async with asyncio.timeout(10):
             async for message in watcher.messages:
                 data = json.loads(message.payload)["data"]  # type: ignore[arg-type]

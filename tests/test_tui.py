@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.widgets import DataTable, Input, TabbedContent
+from textual.widgets import DataTable, Input, Label, TabbedContent
 
 from labd.drill import emulated_rig
 from labd.labfile import load_lab
@@ -65,11 +65,26 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             await pilot.press(*"h0.nic0", "enter", *"h1.nic0", "enter")
             await until(app, lambda: cell(table, "ocs1:1", 2) == "9")
             assert cell(table, "ocs1:9", 2) == "1"
+            # Both ports name the circuit end to end.
+            await until(app, lambda: cell(table, "ocs1:9", 5) == "h0.nic0 → h1.nic0")
+            assert cell(table, "ocs1:1", 5) == "h0.nic0 → h1.nic0"
             reconf = app.query_one("#reconf", DataTable)
             assert reconf.row_count == 1
+            latency = app.query_one("#latency", DataTable)
+            assert latency.get_row("ocs1")[1] == "1"  # one reconfiguration of ocs1 so far
 
-            # The filter narrows the map.
-            await pilot.press("slash", *"ocs1:9")
+            # Help for the tab in view, and back.
+            await pilot.press("question_mark")
+            assert "Every port of every switch" in str(
+                app.screen.query_one("#help-tab", Label).render())
+            await pilot.press("escape")
+            assert app.screen is app.screen_stack[0]
+
+            # The filter narrows the map: by endpoint, then by port.
+            await pilot.press("slash", *"h1.nic0")
+            assert table.row_count == 2
+            app.query_one("#port-filter", Input).value = ""
+            await pilot.press(*"ocs1:9")
             assert app.query_one("#port-filter", Input).value == "ocs1:9"
             assert table.row_count == 1
 
@@ -108,3 +123,12 @@ async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
                              ("5", "events"), ("1", "ports")):
                 await pilot.press(key)
                 assert tabs.active == tab
+
+
+def test_sparkline_and_quantiles() -> None:
+    from tui.app import quantile, sparkline
+
+    assert sparkline([]) == ""
+    assert sparkline([1.0, 1.0]) == "▁▁"
+    assert sparkline([0.0, 5.0, 10.0]) == "▁▅█"
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0 and quantile([1.0, 9.0], 0.99) == 9.0

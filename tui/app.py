@@ -36,6 +36,23 @@ STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
           "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
 
 
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    """The values as bars, scaled between their minimum and maximum."""
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    return "".join(BARS[min(len(BARS) - 1, int((v - low) / span * len(BARS)))] for v in values)
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def power_text(dbm: float | None, threshold: float = -30.0) -> Text:
     """Optical power, coloured by level: light, weak light, dark."""
     if dbm is None:
@@ -68,6 +85,46 @@ class CircuitScreen(ModalScreen[tuple[str, str] | None]):
         self.dismiss(None)
 
 
+HELP = {
+    "ports": "Every port of every switch: its partner, state (failed in red), optical power "
+             "coloured by level (green: well lit, yellow: near the threshold, dim red: dark) "
+             "and the end-to-end circuit through it. / filters (switch, switch:port, "
+             "endpoint); c makes a circuit between two endpoints.",
+    "hosts": "Each GPU host: status (lost hosts in red), its GPUs' health (● green healthy, "
+             "yellow degraded, red failed), NIC links, and the jobs (rank) it serves or is a "
+             "spare for.",
+    "failover": "The latest recovery, stage by stage as it happens, in ms after the failure: "
+                "failure → reported → detected → spare chosen → switches acknowledged → "
+                "light verified → links up → job restarted → collectives ready → first step.",
+    "reconfigurations": "Recent reconfigurations: outcome, pairs, device (dispatched → "
+                        "acknowledged), light (dispatched → light verified) and total ms.",
+    "events": "Everything the daemon reports, newest last.",
+}
+KEYS = ("1-5 tabs · / filter ports · c make a circuit · r resync · ? this help · "
+        "ctrl+p command palette · q quit. When the daemon is unreachable the title says "
+        "STALE and the last picture is kept.")
+
+
+class HelpScreen(ModalScreen[None]):
+    """Help for the tab in view; any of Escape, ? or q closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"), Binding("question_mark", "close", "Close"),
+        Binding("q", "close", "Close")]
+
+    def __init__(self, tab: str) -> None:
+        super().__init__()
+        self.tab = tab
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(HELP.get(self.tab, ""), id="help-tab")
+            yield Label(KEYS, id="help-keys")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
 class LabApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "labd"
@@ -76,6 +133,7 @@ class LabApp(App[None]):
         Binding("c", "circuit", "Make circuit"),
         Binding("slash", "filter", "Filter ports"),
         Binding("r", "resync", "Resync"),
+        Binding("question_mark", "help", "Help"),
         Binding("1", "goto('ports')", "Ports", show=False),
         Binding("2", "goto('hosts')", "Hosts", show=False),
         Binding("3", "goto('failover')", "Failover", show=False),
@@ -100,6 +158,10 @@ class LabApp(App[None]):
         self.render_ms: list[float] = []
         """How long each port-map update took (scripts/bench_tui.py reads it)."""
         self.jobs: list[dict[str, Any]] = []
+        self.device_ms: dict[str, list[float]] = {}
+        self.light_ms: dict[str, list[float]] = {}
+        self.circuit_at: dict[str, str] = {}
+        """``switch:port`` → the end-to-end circuit through it, "h0.nic0 → h1.nic0"."""
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -115,6 +177,7 @@ class LabApp(App[None]):
                 yield Label("no failover yet", id="failover-title")
                 yield DataTable(id="timeline", cursor_type="row")
             with TabPane("Reconfigurations [4]", id="reconfigurations"):
+                yield DataTable(id="latency", cursor_type="row")
                 yield DataTable(id="reconf", zebra_stripes=True, cursor_type="row")
             with TabPane("Events [5]", id="events"):
                 yield RichLog(id="eventlog", max_lines=5000, wrap=False)
@@ -123,10 +186,12 @@ class LabApp(App[None]):
     def on_mount(self) -> None:
         self.sub_title = f"{self.client.url} — connecting"
         self.query_one("#portmap", DataTable).add_columns(
-            "switch", "port", "partner", "state", "power dBm")
+            "switch", "port", "partner", "state", "power dBm", "circuit")
         self.query_one("#hosttable", DataTable).add_columns(
             "host", "status", "GPUs", "NIC links", "jobs (rank) / spare")
         self.query_one("#timeline", DataTable).add_columns("stage", "ms after failure")
+        self.query_one("#latency", DataTable).add_columns(
+            "switch", "n", "device p50", "device p99", "light p50", "device ms, last 60")
         self.query_one("#reconf", DataTable).add_columns(
             "id", "switch", "cause", "outcome", "pairs", "device ms", "light ms", "total ms")
         self.query_one("#portmap", DataTable).focus()  # keys act on the map, not the filter
@@ -165,6 +230,7 @@ class LabApp(App[None]):
         switches = sorted(snapshot.get("intended", {}))
         for switch in switches:
             await self._load_ports(switch)
+        await self._load_circuits()
         self.hosts = snapshot.get("hosts", [])
         self.jobs = snapshot.get("jobs", [])
         latest = await self.client.get("/v1/failovers", limit=1)
@@ -172,8 +238,11 @@ class LabApp(App[None]):
         rows = await self.client.get("/v1/reconfigurations", limit=100)
         reconf = self.query_one("#reconf", DataTable)
         reconf.clear()
+        self.device_ms.clear()
+        self.light_ms.clear()
         for row in reversed(rows):
             self._add_reconfiguration(row)
+        self._render_latency()
         self._render_ports()
         self._render_hosts()
         self._render_failover()
@@ -182,6 +251,14 @@ class LabApp(App[None]):
         self.screen.remove_class("stale")
         self.sub_title = f"{self.client.url} — live"
         self.synced.set()
+
+    async def _load_circuits(self) -> None:
+        self.circuit_at = {}
+        for route in await self.client.get("/v1/circuits"):
+            name = f"{route['from']} → {route['to']}"
+            for hop in route["hops"]:
+                for port in (hop["ingress"], hop["egress"]):
+                    self.circuit_at[f"{hop['switch']}:{port}"] = name
 
     async def _load_ports(self, switch: str) -> None:
         try:
@@ -196,8 +273,10 @@ class LabApp(App[None]):
                           str(data)[:200]))
         if kind == "reconfiguration":
             await self._load_ports(data["switch"])
+            await self._load_circuits()
             self._render_ports()
             self._add_reconfiguration(data)
+            self._render_latency()
         elif kind == "failover":
             self.failover = data
             self._render_failover()
@@ -218,17 +297,19 @@ class LabApp(App[None]):
         wanted = self.port_filter.lower()
         for switch in sorted(self.ports):
             for port in self.ports[switch]:
+                where = f"{switch}:{port['port']}"
+                circuit = self.circuit_at.get(where, "")
                 cells = (switch, str(port["port"]),
                          "" if port["partner"] is None else str(port["partner"]),
-                         str(port["state"]))
-                where = f"{switch}:{port['port']}"
+                         str(port["state"]), circuit)
                 if wanted and not any(wanted in c.lower() for c in (where, *cells)):
                     continue
                 state = Text(cells[3], style="red" if cells[3] == "failed" else
                              "dim" if cells[3] == "disabled" else "")
                 partner = Text(cells[2], style="bold cyan") if cells[2] else Text("")
                 table.add_row(switch, cells[1], partner, state,
-                              power_text(port.get("power_dbm")), key=where)
+                              power_text(port.get("power_dbm")),
+                              Text(circuit, style="bold cyan"), key=where)
         self.render_ms.append((time.perf_counter() - started) * 1000)
 
     def _render_hosts(self) -> None:
@@ -279,6 +360,14 @@ class LabApp(App[None]):
             start, end = phases.get(a), phases.get(b)
             return "-" if start is None or end is None else f"{(end - start) / 1e6:.2f}"
 
+        switch = str(row.get("switch"))
+        for series, (a, b) in ((self.device_ms, ("dispatched", "acknowledged")),
+                               (self.light_ms, ("dispatched", "light"))):
+            start, end = phases.get(a), phases.get(b)
+            if start is not None and end is not None:
+                kept = series.setdefault(switch, [])
+                kept.append((end - start) / 1e6)
+                del kept[:-500]
         pairs = len(row.get("connected", [])) + len(row.get("disconnected", []))
         outcome = str(row.get("outcome"))
         table = self.query_one("#reconf", DataTable)
@@ -288,6 +377,17 @@ class LabApp(App[None]):
                       span("dispatched", "light"), span("requested", "done"))
         if table.row_count > 500:
             table.remove_row(next(iter(table.rows)))
+
+    def _render_latency(self) -> None:
+        """Per switch: the device time's distribution and its recent course."""
+        table = self.query_one("#latency", DataTable)
+        table.clear()
+        for switch, device in sorted(self.device_ms.items()):
+            light = self.light_ms.get(switch, [])
+            table.add_row(switch, str(len(device)), f"{quantile(device, 0.5):.2f}",
+                          f"{quantile(device, 0.99):.2f}",
+                          f"{quantile(light, 0.5):.2f}" if light else "-",
+                          Text(sparkline(device[-60:]), style="cyan"), key=switch)
 
     # -- actions ---------------------------------------------------------------------------
     #: The widget that takes the keys on each tab.
@@ -299,6 +399,9 @@ class LabApp(App[None]):
         self.query_one(TabbedContent).active = tab
         # Focus follows, or the tab holding the old focus would take itself back.
         self.query_one(self.TAB_FOCUS[tab]).focus()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.query_one(TabbedContent).active))
 
     def action_filter(self) -> None:
         self.action_goto("ports")
