@@ -304,12 +304,13 @@ class LabApp(App[None]):
                          str(port["state"]), circuit)
                 if wanted and not any(wanted in c.lower() for c in (where, *cells)):
                     continue
-                state = Text(cells[3], style="red" if cells[3] == "failed" else
-                             "dim" if cells[3] == "disabled" else "")
-                partner = Text(cells[2], style="bold cyan") if cells[2] else Text("")
-                table.add_row(switch, cells[1], partner, state,
+                # Plain strings where there is nothing to colour: 768 rows add up.
+                state: str | Text = cells[3] if cells[3] in ("enabled", "unknown") else Text(
+                    cells[3], style="red" if cells[3] == "failed" else "dim")
+                table.add_row(switch, cells[1],
+                              Text(cells[2], style="bold cyan") if cells[2] else "", state,
                               power_text(port.get("power_dbm")),
-                              Text(circuit, style="bold cyan"), key=where)
+                              Text(circuit, style="bold cyan") if circuit else "", key=where)
         self.render_ms.append((time.perf_counter() - started) * 1000)
 
     def _render_hosts(self) -> None:
