@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from labd.client import call_json
 from labd.errors import LabdError
 
 
@@ -30,13 +31,7 @@ class Backdoor:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise BackdoorError(f"emulator control endpoint {self.url}: {exc}") from None
-        if response.status_code >= 400:
-            raise BackdoorError(f"{method} {path}: {response.json().get('detail')}")
-        return response.json()
+        return await call_json(self._http, method, path, BackdoorError, **kwargs)
 
     async def truth(self, emulator: str, since: int = 0, *, light: bool = False
                     ) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from textual.widgets import (
     TabPane,
 )
 
-from tui.client import DaemonClient, DaemonError
+from labd.client import DaemonClient, DaemonError
 
 STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
           "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiomqtt
 import httpx
 
 from labd.bus import NO_DELAY, parse_url, publish
+from labd.client import call_json
 from labd.errors import LabdError
 
 #: How long one command poll waits at the daemon for a command (HTTP).
@@ -78,28 +79,18 @@ class HttpLink:
     def __init__(self, http: httpx.AsyncClient, host: str) -> None:
         self.http, self.host = http, host
 
-    async def _call(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        try:
-            response = await self.http.request(method, f"/v1/agents/{self.host}/{path}",
-                                               **kwargs)  # type: ignore[arg-type]
-        except httpx.HTTPError as exc:
-            raise LinkDown(f"daemon {self.http.base_url}: {exc}") from None
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text
-            raise LinkDown(f"daemon {self.http.base_url}: {response.status_code} {detail}")
-        return response
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return await call_json(self.http, method, f"/v1/agents/{self.host}/{path}", LinkDown,
+                               **kwargs)
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
         await self._call("POST", kind, content=payload)
 
     async def commands(self) -> AsyncIterator[bytes]:
         while True:
-            response = await self._call("GET", "commands", params={"wait_s": POLL_S},
+            commands = await self._call("GET", "commands", params={"wait_s": POLL_S},
                                         timeout=POLL_S + 10)
-            for command in response.json():
+            for command in commands:
                 yield json.dumps(command).encode()
 
 

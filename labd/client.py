@@ -1,4 +1,5 @@
-"""The TUI's only way to the daemon: its public HTTP API and event stream (design.md §2)."""
+"""The client side of labd's HTTP API: an async client for the daemon (what the TUI and
+scripts use; design.md §2) and the one way labd's HTTP clients read an answer."""
 
 from __future__ import annotations
 
@@ -9,9 +10,28 @@ from typing import Any
 import httpx
 import websockets
 
+from labd.errors import LabdError
 
-class DaemonError(Exception):
+
+class DaemonError(LabdError):
     """The daemon refused a request or cannot be reached; the message says which."""
+
+
+async def call_json(http: httpx.AsyncClient, method: str, path: str,
+                    error: type[Exception], **kwargs: Any) -> Any:
+    """One request; its JSON answer, or ``error`` naming the service and what it said
+    (labd's services answer errors as ``{"detail": ...}``)."""
+    try:
+        response = await http.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise error(f"{http.base_url}: {exc or type(exc).__name__}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text
+        raise error(f"{method} {path}: {response.status_code} {detail}")
+    return response.json()
 
 
 class DaemonClient:
@@ -23,24 +43,11 @@ class DaemonClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise DaemonError(f"{self.url}: {exc or type(exc).__name__}") from None
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text
-            raise DaemonError(f"{method} {path}: {response.status_code} {detail}")
-        return response.json()
-
     async def get(self, path: str, **params: Any) -> Any:
-        return await self._call("GET", path, params=params)
+        return await call_json(self._http, "GET", path, DaemonError, params=params)
 
     async def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        return await self._call("POST", path, json=body or {})
+        return await call_json(self._http, "POST", path, DaemonError, json=body or {})
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The snapshot, then every event, until the connection ends (DaemonError)."""
