@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -76,16 +76,16 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None, port: int = 0,
             await backdoor.close()
             await daemon.stop()
             if mqtt is not None:
-                await _clear_retained(lab, mqtt)
+                await clear_retained(lab.lab.name, [h.id for h in lab.host], mqtt)
 
 
-async def _clear_retained(lab: Lab, mqtt: str) -> None:
+async def clear_retained(lab: str, hosts: Iterable[str], mqtt: str) -> None:
+    """Clear the retained status topics a run leaves on the broker (hosts' and daemon's)."""
     with contextlib.suppress(aiomqtt.MqttError):
         async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
-            for entry in lab.host:
-                await cleaner.publish(f"labd/{lab.lab.name}/hosts/{entry.id}/status", b"",
-                                      retain=True)
-            await cleaner.publish(f"labd/{lab.lab.name}/daemon", b"", retain=True)
+            for host in hosts:
+                await cleaner.publish(f"labd/{lab}/hosts/{host}/status", b"", retain=True)
+            await cleaner.publish(f"labd/{lab}/daemon", b"", retain=True)
 
 
 async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,

@@ -11,6 +11,7 @@ import aiomqtt
 import pytest
 
 BROKER = ("127.0.0.1", 1883)
+MQTT = "mqtt://127.0.0.1:1883"
 
 
 def require_broker() -> None:

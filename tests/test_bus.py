@@ -9,9 +9,10 @@ import aiomqtt
 import httpx
 
 from labd.daemon import Daemon
+from labd.drill import clear_retained
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import load_lab
-from tests.broker import BROKER, next_message, require_broker, unique_lab
+from tests.broker import BROKER, MQTT, next_message, require_broker, unique_lab
 
 TOKEN = "bus-token"
 
@@ -140,5 +141,4 @@ async def test_the_bridge_reconnects_by_itself(tmp_path: Path) -> None:
     finally:
         await daemon.stop()
         await proxy.stop()
-        async with aiomqtt.Client(*BROKER) as cleaner:
-            await cleaner.publish(f"labd/{daemon.lab.lab.name}/daemon", b"", retain=True)
+        await clear_retained(daemon.lab.lab.name, [], MQTT)

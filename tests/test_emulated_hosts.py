@@ -6,14 +6,14 @@ import json
 import sys
 from pathlib import Path
 
-import aiomqtt
 import httpx
 
 from labd.daemon import Daemon
+from labd.drill import clear_retained
 from labd.emulate import emulated_hosts, emulated_lab, endpoint_of
 from labd.hub import Event
 from labd.labfile import load_lab
-from tests.broker import BROKER, require_broker, unique_lab
+from tests.broker import MQTT, require_broker, unique_lab
 
 
 async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ignore[no-untyped-def]
@@ -90,10 +90,7 @@ heartbeat_s = 0.2
         await emulator.wait()
         sub.close()
         await daemon.stop()
-        async with aiomqtt.Client(*BROKER) as cleaner:
-            for host in ("h0", "h1"):
-                await cleaner.publish(f"labd/{name}/hosts/{host}/status", b"", retain=True)
-            await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
+        await clear_retained(name, ["h0", "h1"], MQTT)
 
 
 async def test_nic_links_follow_the_light(tmp_path: Path) -> None:
@@ -174,9 +171,5 @@ link_up_ms = 20
                 await host.stop()
             sub.close()
             await daemon.stop()
-            async with aiomqtt.Client(*BROKER) as cleaner:
-                for host_id in ("h0", "h1"):
-                    await cleaner.publish(f"labd/{name}/hosts/{host_id}/status", b"",
-                                          retain=True)
-                await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
+            await clear_retained(name, ["h0", "h1"], MQTT)
 

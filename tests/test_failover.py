@@ -17,9 +17,8 @@ from labd.drill import Rig, emulated_rig, hosts_ready, job_stepping, run_drill, 
 from labd.jobs import JobManager
 from labd.labfile import load_lab
 from labd.wiring import trace_circuit
-from tests.broker import BROKER, require_broker, unique_lab
+from tests.broker import BROKER, MQTT, require_broker, unique_lab
 
-MQTT = "mqtt://127.0.0.1:1883"
 HOSTS = (("h0", "r1"), ("h1", "r1"), ("h2", "r2"), ("h3", "r2"), ("s0", "r1"), ("s1", "r2"))
 
 

@@ -5,15 +5,15 @@ import asyncio
 import json
 from pathlib import Path
 
-import aiomqtt
 import httpx
 
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.daemon import Daemon
+from labd.drill import clear_retained
 from labd.hub import Event
 from labd.labfile import load_lab
-from tests.broker import BROKER, require_broker, unique_lab
+from tests.broker import BROKER, MQTT, require_broker, unique_lab
 from tests.test_bus import CuttableProxy
 
 
@@ -111,8 +111,5 @@ nics = ["c.nic0"]
         sub.close()
         await daemon.stop()
         await proxy.stop()
-        async with aiomqtt.Client(*BROKER) as cleaner:
-            for host in agents:
-                await cleaner.publish(f"labd/{name}/hosts/{host}/status", b"", retain=True)
-            await cleaner.publish(f"labd/{name}/daemon", b"", retain=True)
+        await clear_retained(name, agents, MQTT)
     assert json.dumps(hosts)  # the API's answer was plain JSON
