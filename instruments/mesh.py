@@ -141,6 +141,13 @@ class MeshSwitch(OpticalSwitch):
         phase = (self.phi0[element] + self.alpha[element] * volts * volts) % (2 * math.pi)
         return BAR if abs(phase - math.pi) < math.pi / 2 else CROSS
 
+    def paths(self) -> dict[int, list[tuple[int, str]]]:
+        """Each circuit's elements, one per column of the network, as the mesh holds them."""
+        if not self.states:
+            return {}
+        return {a: [(k, self.states[k]) for k in trace(self.states, self.n, a - 1)[1]]
+                for a in sorted(self.expected)}
+
     def routing(self, states: dict[int, str]) -> dict[int, int]:
         return {i + 1: self.n + trace(states, self.n, i)[0] + 1 for i in range(self.n)}
 

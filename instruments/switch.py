@@ -155,6 +155,12 @@ class OpticalSwitch(Instrument):
         both.update({b: a for a, b in self.expected.items()})
         return both
 
+    def paths(self) -> dict[int, list[tuple[int, str]]] | None:
+        """For switches that route light through stages of elements (a photonic mesh):
+        each circuit's ingress port → the elements it passes, first to last, with their
+        state. None for a switch whose circuits are single cross-connects."""
+        return None
+
     # -- the capability --------------------------------------------------------------------
     async def connect(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
         """Add cross-connects, leaving the others in place. Returns when the device says

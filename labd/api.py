@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, WebSocket
@@ -31,18 +31,25 @@ if TYPE_CHECKING:
 PHASES = ("requested", "dispatched", "acknowledged", "light", "done")
 
 
+#: Why a change was asked for, as the store records it (recovery is the daemon's own).
+Cause = Literal["api", "measurement", "schedule"]
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PairsBody(Body):
+class ChangeBody(Body):
+    verify_light: bool = True
+    cause: Cause = Field("api", description="recorded with the reconfiguration")
+
+
+class PairsBody(ChangeBody):
     pairs: list[tuple[int, int]] = Field(description="[[a, b], ...] port pairs")
-    verify_light: bool = True
 
 
-class PortsBody(Body):
+class PortsBody(ChangeBody):
     ports: list[int] = Field(min_length=1)
-    verify_light: bool = True
 
 
 class SpareBody(Body):
@@ -53,10 +60,16 @@ class DecisionBody(Body):
     approve: bool
 
 
-class CircuitBody(Body):
+class CircuitBody(ChangeBody):
     src: str = Field(alias="from")
     dst: str = Field(alias="to")
-    verify_light: bool = True
+
+
+class DrillBody(Body):
+    job: str | None = Field(None, description="default: the first job with spares")
+    member: str | None = Field(None, description="the member to fail; default: one at random")
+    kind: Literal["gpu", "host"] = Field("gpu", description="gpu: an Xid 79 on the member's "
+                                         "GPU; host: the member's host stops reporting")
 
 
 def _utc(moment: datetime) -> datetime:
@@ -136,10 +149,15 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.get("/v1/switches/{switch}")
     async def switch_state(switch: str) -> dict[str, Any]:
         sw = engine.switch(switch)
+        paths = sw.paths()
         return {"id": switch, "state": sw.state.value,
                 "size": sw.info.size if sw.info else None,
                 "intended": [[a, b] for a, b in sorted(engine.intended[switch].items())],
-                "observed": [[a, b] for a, b in sorted(sw.expected.items())]}
+                "observed": [[a, b] for a, b in sorted(sw.expected.items())],
+                # A mesh's routed paths: ingress port → [[element, "bar"|"cross"], ...]
+                "paths": None if paths is None else {
+                    str(a): [[k, state] for k, state in elements]
+                    for a, elements in paths.items()}}
 
     @app.get("/v1/switches/{switch}/ports")
     async def ports(switch: str) -> list[dict[str, Any]]:
@@ -162,21 +180,21 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.post("/v1/switches/{switch}/connections", dependencies=[Depends(authorised)],
               response_class=JSONResponse)
     async def connect(switch: str, body: PairsBody) -> JSONResponse:
-        result = await engine.reconfigure(switch, connect=body.pairs,
+        result = await engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
                                           verify_light=body.verify_light)
         return JSONResponse(result.as_dict())
 
     @app.put("/v1/switches/{switch}/connections", dependencies=[Depends(authorised)],
              response_class=JSONResponse)
     async def replace(switch: str, body: PairsBody) -> JSONResponse:
-        result = await engine.reconfigure(switch, replace=dict(body.pairs),
+        result = await engine.reconfigure(switch, replace=dict(body.pairs), cause=body.cause,
                                           verify_light=body.verify_light)
         return JSONResponse(result.as_dict())
 
     @app.post("/v1/switches/{switch}/disconnect", dependencies=[Depends(authorised)],
               response_class=JSONResponse)
     async def disconnect(switch: str, body: PortsBody) -> JSONResponse:
-        result = await engine.reconfigure(switch, disconnect=body.ports,
+        result = await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
                                           verify_light=body.verify_light)
         return JSONResponse(result.as_dict())
 
@@ -190,6 +208,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def circuit(body: CircuitBody) -> dict[str, Any]:
         """An end-to-end circuit between two endpoints, over as many switches as it takes."""
         routes, results = await engine.connect_endpoints([(body.src, body.dst)],
+                                                         cause=body.cause,
                                                          verify_light=body.verify_light)
         return {"route": route_dict(routes[0]), "reconfigurations": [
             r.as_dict() for r in results]}
@@ -198,6 +217,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def uncircuit(body: CircuitBody) -> dict[str, Any]:
         """Take down the circuit between two endpoints, on every switch it crosses."""
         route, results = await engine.disconnect_endpoints(body.src, body.dst,
+                                                           cause=body.cause,
                                                            verify_light=body.verify_light)
         return {"route": route_dict(route), "reconfigurations": [
             r.as_dict() for r in results]}
@@ -264,6 +284,17 @@ def create_app(daemon: Daemon) -> FastAPI:
         if host not in daemon.hosts.hosts:
             raise HTTPException(404, f"no host {host!r} in the lab file")
         return await daemon.commands.take(host, wait_s)
+
+    @app.post("/v1/drills/failover", dependencies=[Depends(authorised)], status_code=202)
+    async def drill(body: DrillBody) -> dict[str, Any]:
+        """Start a failover drill (emulated GPU hosts only): fail a member, let the daemon
+        recover the job, then repair the member and return it as a spare. Follow it by the
+        ``drill`` and ``failover`` events."""
+        if daemon.drills is None:
+            raise HTTPException(409, "failover drills need the lab's GPU hosts emulated by "
+                                     "this daemon (labd run on a lab whose hosts are "
+                                     "emulate = true, or labd demo --serve)")
+        return daemon.drills.start(body.job, body.member, body.kind)
 
     @app.get("/v1/failovers")
     async def failovers(job: str | None = None,

@@ -74,7 +74,9 @@ def demo(
                                               help="Light-verification events per switch "
                                                    "(0 skips them).")] = 20,
     serve: Annotated[bool, typer.Option("--serve", help="Keep the lab and the daemon "
-                                                        "running afterwards (for labd tui).")]
+                                                        "running afterwards (for labd tui), "
+                                                        "and the failover lab beside it on "
+                                                        "the next port (drills from the UI).")]
     = False,
     db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL); "
                                                 "default a temporary file.")] = None,
@@ -97,9 +99,10 @@ def demo(
     try:
         if failover and serve:  # before the lab is left serving
             run(drill, spawns=True)
+        # Serving, it also runs the failover lab's emulated hosts, which start processes.
         code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
                             seed=seed, light_events=light_events, db=db, mqtt=mqtt,
-                            port=port))
+                            port=port), spawns=serve)
         if failover and not serve:
             run(drill, spawns=True)
     except KeyboardInterrupt:
@@ -128,7 +131,9 @@ def run_daemon(
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
+    from labd.backdoor import Backdoor
     from labd.daemon import Daemon, token_path
+    from labd.drill import DrillService, Rig
     from labd.emulate import emulated_hosts, emulated_lab, endpoint_of
 
     loaded = _load(lab)
@@ -145,6 +150,9 @@ def run_daemon(
             for emulated_host in hosts:  # agents with emulated GPUs, once the daemon listens
                 emulated_host.start()
                 emulated.hosts[emulated_host.id] = emulated_host
+            backdoor = Backdoor(emulated.control_url)
+            if hosts:  # drills through the API fail emulated GPUs
+                daemon.drills = DrillService(Rig(daemon, backdoor, hosts))
             try:
                 console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
                               f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
@@ -163,11 +171,15 @@ def run_daemon(
                 console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
                 if hosts:
                     console.print(f"  {len(hosts)} emulated GPU host(s) report to "
-                                  f"{mqtt or daemon.url + ' (HTTP)'}")
+                                  f"{mqtt or daemon.url + ' (HTTP)'}; failover drills: "
+                                  "POST /v1/drills/failover (labd tui: d)")
                 if addresses or hosts:
                     console.print(f"  emulators' control endpoint: {emulated.control_url}")
                 await stop.wait()
             finally:
+                if daemon.drills is not None:
+                    await daemon.drills.close()
+                await backdoor.close()
                 for emulated_host in hosts:
                     await emulated_host.stop()
                 await daemon.stop()

@@ -47,7 +47,14 @@ class DaemonClient:
         return await call_json(self._http, "GET", path, DaemonError, params=params)
 
     async def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        return await call_json(self._http, "POST", path, DaemonError, json=body or {})
+        return await self.request("POST", path, body)
+
+    async def put(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return await self.request("PUT", path, body)
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None
+                      ) -> Any:
+        return await call_json(self._http, method, path, DaemonError, json=body or {})
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The snapshot, then every event, until the connection ends (DaemonError)."""

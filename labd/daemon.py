@@ -15,7 +15,7 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -32,6 +32,15 @@ from labd.labfile import Lab
 from labd.store.store import Store, connection_row
 
 DEFAULT_PORT = 8470
+
+
+class Drills(Protocol):
+    """What runs failover drills for the API, where the daemon's GPU hosts are emulated
+    in its process (labd.drill.DrillService)."""
+
+    def start(self, job: str | None, member: str | None, kind: str) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -95,6 +104,8 @@ class Daemon:
             self.bus = MqttBridge(self, mqtt)
         # Agents take job commands from the broker, or, without one, from the API.
         self.commands = CommandQueues()
+        self.drills: Drills | None = None
+        """Set by whoever runs the lab's GPU hosts in emulation (drills need them)."""
         self.jobs = JobManager(lab, self.engine, self.hosts, self.hub, self.store,
                                self.bus.send_to_host if self.bus is not None
                                else self.commands.send)

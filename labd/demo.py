@@ -30,7 +30,13 @@ from instruments.meter import MeterInfo, PowerMeter
 from instruments.switch import OpticalSwitch, SwitchInfo
 from labd.backdoor import Backdoor, spawn_emulators
 from labd.daemon import Daemon, StartupReport
-from labd.drill import broker_reachable, local_broker, measure_failover, timeline_table
+from labd.drill import (
+    broker_reachable,
+    emulated_rig,
+    local_broker,
+    measure_failover,
+    timeline_table,
+)
 from labd.engine import Result
 from labd.labfile import Lab, load_lab
 from labd.stats import percentile
@@ -122,14 +128,27 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                 if serve:
                     console.print(f"\nServing: API {daemon.url}/v1 (labd tui {daemon.url}); "
                                   f"emulators' control endpoint {emulators.control}.")
-                    console.print("Press Ctrl-C to stop.")
-                    await asyncio.Event().wait()
+                    await _serve_failover_lab(console, mqtt, port + 1 if port else 0,
+                                              daemon.token, scratch)
             finally:
                 await daemon.stop()
     finally:
         await backdoor.close()
         await emulators.stop()
     return 0
+
+
+async def _serve_failover_lab(console: Console, mqtt: str | None, port: int, token: str,
+                              scratch: str) -> None:
+    """Beside the demo lab, the packaged failover lab with its emulated GPU hosts, so that
+    drills can be run from the UI (``d``) and watched. Serves until cancelled."""
+    mqtt = _hosts_broker(console, mqtt)
+    async with emulated_rig(load_lab("failover"), db=str(Path(scratch) / "failover.sqlite"),
+                            mqtt=mqtt, port=port, token=token) as rig:
+        console.print(f"Serving the failover lab (4 GPU hosts, 2 spares; press d in the UI "
+                      f"for a drill): API {rig.daemon.url}/v1 (labd tui {rig.daemon.url}).")
+        console.print("Press Ctrl-C to stop.")
+        await asyncio.Event().wait()
 
 
 async def _main_job(daemon: Daemon, report: StartupReport, backdoor: Backdoor,
@@ -223,16 +242,22 @@ def _report(runs: list[SwitchRun]) -> Table:
     return table
 
 
+def _hosts_broker(console: Console, mqtt: str | None) -> str | None:
+    """The broker emulated hosts report to: the one asked for if it answers, else this
+    machine's if any; None: they report to the daemon over HTTP."""
+    if mqtt is not None and broker_reachable(mqtt) is not None:
+        console.print(f"\n[yellow]No MQTT broker answers at {mqtt}[/]: the failover lab's "
+                      "hosts report to the daemon over HTTP instead.")
+        mqtt = None
+    return mqtt or local_broker()
+
+
 async def failover_drill(console: Console, mqtt: str | None, seed: int | None) -> None:
     """One GPU failure on the packaged failover lab: a ring of four emulated GPU hosts with
     two spares; the daemon swaps a spare in and restarts the job. The hosts report over
     MQTT where a broker answers, else to the daemon over HTTP. Its hosts start job
     processes: run it on the standard loop (labd.runtime)."""
-    if mqtt is not None and broker_reachable(mqtt) is not None:
-        console.print(f"\n[yellow]No MQTT broker answers at {mqtt}[/]: the failover drill's "
-                      "hosts report to the daemon over HTTP instead.")
-        mqtt = None
-    mqtt = mqtt or local_broker()
+    mqtt = _hosts_broker(console, mqtt)
     console.print("\n[bold]Failover drill[/] on the packaged lab [cyan]failover[/]: a GPU of a "
                   "4-rank ring job fails (Xid 79); the daemon picks a spare, rewires the OCS, "
                   "waits for light and links, and restarts the job with the new rank map "

@@ -24,13 +24,15 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from instruments.errors import InstrumentError
 from labd.backdoor import Backdoor
 from labd.bus import parse_url
 from labd.daemon import Daemon
 from labd.emulate import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
+from labd.engine import RequestError
 from labd.errors import LabdError
 from labd.hub import EventHub
-from labd.jobs import STAGES
+from labd.jobs import ACTIVE, STAGES, JobError
 from labd.labfile import Lab
 from labd.stats import percentile
 
@@ -63,14 +65,17 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None, port: int = 0,
         await daemon.start()
         hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
         backdoor = Backdoor(emulated.control_url)
+        rig = Rig(daemon, backdoor, hosts)
+        daemon.drills = drills = DrillService(rig)
         try:
             if daemon.bus is not None:
                 await daemon.bus.wait_sessions(1, timeout=10)
             for host in hosts:
                 host.start()
                 emulated.hosts[host.id] = host
-            yield Rig(daemon, backdoor, hosts)
+            yield rig
         finally:
+            await drills.close()
             for host in hosts:
                 await host.stop()
             await backdoor.close()
@@ -211,6 +216,73 @@ async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -
                    f"host {host.id} to report healthy")
     if result.member not in daemon.jobs.job(job).members:
         daemon.jobs.return_spare(job, result.member)
+
+
+class DrillBusy(RequestError):
+    status = 409
+
+
+class DrillService:
+    """Failover drills asked for through the API (``POST /v1/drills/failover``, the TUI's
+    ``d``) on a daemon whose GPU hosts are emulated in its own process. A drill starts the
+    job if it is not running, fails one member, lets the daemon recover, then repairs the
+    member and gives it back as a spare, so the next drill finds the lab as the first did.
+    Each step is published as a ``drill`` event; the recovery itself as ``failover``."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.task: asyncio.Task[None] | None = None
+        self.rng = random.Random()
+
+    def start(self, job: str | None, member: str | None, kind: str) -> dict[str, Any]:
+        """Check the request and start the drill; raises RequestError (nothing started)."""
+        daemon = self.rig.daemon
+        if self.task is not None and not self.task.done():
+            raise DrillBusy("a drill is already running; wait for its 'drill' event "
+                            "with state done or failed")
+        with_spares = [j.id for j in daemon.lab.job if j.spares]
+        job_id = job or (with_spares[0] if with_spares else None)
+        if job_id is None:
+            raise JobError("no job of this lab has spares to swap in; a drill needs one")
+        state = daemon.jobs.job(job_id)  # UnknownJob names the jobs
+        if not state.entry.spares:
+            raise JobError(f"job {job_id!r} has no spares to swap in")
+        if state.status == "recovering":
+            raise JobError(f"job {job_id!r} is recovering; wait for the recovery to end")
+        if member is not None and member not in state.members:
+            raise RequestError(f"{member!r} is not a member of job {job_id!r} (members: "
+                               f"{', '.join(state.members)})")
+        self.task = asyncio.create_task(self._run(job_id, member, kind),
+                                        name=f"drill-{job_id}")
+        return {"job": job_id, "member": member, "kind": kind, "state": "started"}
+
+    async def _run(self, job: str, member: str | None, kind: str) -> None:
+        daemon = self.rig.daemon
+
+        def say(state: str, **more: Any) -> None:
+            daemon.hub.publish("drill", {"job": job, "kind": kind, "state": state, **more})
+
+        say("started", member=member)
+        try:
+            if daemon.jobs.job(job).status not in ACTIVE:
+                await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
+                await daemon.jobs.start_job(job)
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), 60,
+                           f"job {job} to take its first step")
+            result = await run_drill(self.rig, job, self.rng, kind=kind, member=member)
+            say("recovered" if result.timeline["outcome"] == "recovered" else "ended",
+                member=result.member, outcome=result.timeline["outcome"],
+                failover=result.timeline.get("id"))
+            await repair(self.rig, result, job)
+            say("done", member=result.member, outcome=result.timeline["outcome"])
+        except (LabdError, InstrumentError) as exc:
+            say("failed", detail=str(exc))
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
 
 
 # -- labd measure failover -----------------------------------------------------------------

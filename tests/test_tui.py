@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Input, Label, TabbedContent
 from labd.drill import emulated_rig
 from labd.labfile import load_lab
 from tests.broker import unique_lab
+from tests.test_failover import lab_body
 from tui.app import LabApp
 
 LAB = """
@@ -33,6 +34,11 @@ to = "ocs1:1"
 [[fiber]]
 from = "ocs1:9"
 to = "h1.nic0"
+[[instrument]]
+id = "mesh1"
+driver = "qontrol-mesh"
+emulate = true
+size = "4x4"
 """
 
 
@@ -56,13 +62,18 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             async with asyncio.timeout(15):
                 await app.synced.wait()
             table = app.query_one("#portmap", DataTable)
-            assert table.row_count == 16  # every port of the 8x8 switch
+            assert table.row_count == 16 + 8  # every port of the 8x8 switch and the mesh
             assert cell(table, "ocs1:1", 2) == ""  # no partner yet
             assert "live" in app.sub_title
 
-            # A circuit made from the keyboard appears on the port map.
-            await pilot.press("c")
-            await pilot.press(*"h0.nic0", "enter", *"h1.nic0", "enter")
+            # A circuit typed at the keyboard is asked about first; no changes nothing.
+            await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter")
+            assert "Make the circuit h0.nic0 → h1.nic0" in str(
+                app.screen.query_one("#question", Label).render())
+            await pilot.press("n")
+            assert app.screen is app.screen_stack[0] and not rig.daemon.engine.intended["ocs1"]
+            # Yes makes it, and it appears on the port map.
+            await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter", "y")
             await until(app, lambda: cell(table, "ocs1:1", 2) == "9")
             assert cell(table, "ocs1:9", 2) == "1"
             # Both ports name the circuit end to end.
@@ -72,6 +83,29 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             assert reconf.row_count == 1
             latency = app.query_one("#latency", DataTable)
             assert latency.get_row("ocs1")[1] == "1"  # one reconfiguration of ocs1 so far
+
+            # A raw pair on the mesh: its routed path is drawn element by element.
+            paths = app.query_one("#paths", DataTable)
+            assert paths.display and paths.row_count == 0
+            await pilot.press("p", *"mesh1", "enter", "1", "enter", "6", "enter", "y")
+            await until(app, lambda: paths.row_count == 1)
+            row = paths.get_row("mesh1:1")
+            assert row[1] == "1→6"
+            drawn = str(row[3])
+            elements = rig.daemon.engine.switch("mesh1").paths()[1]  # type: ignore[index]
+            assert len(elements) == 3  # a 4x4 Beneš network has three columns
+            for element, state in elements:
+                assert f"{element} {'═' if state == 'bar' else '╳'}" in drawn
+            assert drawn.startswith("1 ") and drawn.endswith(" 6")
+
+            # x breaks the raw pair under the cursor, after asking.
+            table.move_cursor(row=table.get_row_index("mesh1:1"))
+            await pilot.press("x")
+            assert "Disconnect mesh1 port 1 from port 6" in str(
+                app.screen.query_one("#question", Label).render())
+            await pilot.press("y")
+            await until(app, lambda: paths.row_count == 0)
+            assert cell(table, "mesh1:1", 2) == ""
 
             # Help for the tab in view, and back.
             await pilot.press("question_mark")
@@ -89,8 +123,75 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             assert table.row_count == 1
 
             # A refused request is a notification, and changes nothing.
-            await app._make_circuit("h0.nic0", "nowhere")
+            await app._change("circuit made", "POST", "/v1/circuits",
+                              {"from": "h0.nic0", "to": "nowhere"}, str)
+            assert "refused" in app.last_notice and "nowhere" in app.last_notice
             assert table.row_count == 1 and cell(table, "ocs1:9", 2) == "1"
+
+            # x on the circuit's port breaks it end to end.
+            await pilot.press("enter")  # back to the map (one row: ocs1:9)
+            await pilot.press("x")
+            assert "Break the circuit h0.nic0 → h1.nic0" in str(
+                app.screen.query_one("#question", Label).render())
+            await pilot.press("y")
+            await until(app, lambda: cell(table, "ocs1:9", 2) == "")
+            assert not rig.daemon.engine.intended["ocs1"]
+
+
+async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
+    _, path = unique_lab(tmp_path, "tui4", LAB)
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+        await rig.daemon.engine.reconfigure("ocs1", connect=[(2, 10)])  # kept as it is
+        app = LabApp(rig.daemon.url, "t")
+        async with app.run_test(size=(120, 40)) as pilot:
+            async with asyncio.timeout(15):
+                await app.synced.wait()
+            # m on ocs1's row: the switch is filled in; 6 toggles of one free pair.
+            portmap = app.query_one("#portmap", DataTable)
+            portmap.move_cursor(row=portmap.get_row_index("ocs1:3"))
+            await pilot.press("m", "enter", "enter", "backspace", "backspace", "6", "enter",
+                              "enter")
+            await until(app, lambda: "6 reconfigurations" in app.last_notice, timeout=30)
+            assert "ocs1 toggle" in app.last_notice and "device p50" in app.last_notice
+            reconf = app.query_one("#reconf", DataTable)
+
+            def causes() -> list[str]:
+                return [str(reconf.get_row_at(i)[2]) for i in range(reconf.row_count)]
+
+            # Every one is in the table as the daemon recorded it, with its cause.
+            await until(app, lambda: causes().count("measurement") == 6)
+            # The free ports are free again; the circuit that was there is untouched.
+            assert rig.daemon.engine.intended["ocs1"] == {2: 10}
+            assert app.query_one(TabbedContent).active == "reconfigurations"
+            # A bad parameter is refused before anything is sent.
+            await pilot.press("m", "enter", *"zigzag", "enter", "enter", "enter")
+            assert "pattern 'zigzag'" in app.last_notice
+            assert causes() == ["api"] + ["measurement"] * 6  # nothing more was sent
+
+
+async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
+    _, path = unique_lab(tmp_path, "tui5", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+        app = LabApp(rig.daemon.url, "t")
+        async with app.run_test(size=(120, 40)) as pilot:
+            async with asyncio.timeout(15):
+                await app.synced.wait()
+            await pilot.press("d", "y")  # the job is not running yet: the drill starts it
+            await until(app, lambda: "drill done" in app.last_notice, timeout=90)
+            assert app.query_one(TabbedContent).active == "failover"
+            assert app.failover is not None and app.failover["outcome"] == "recovered"
+            timeline = app.query_one("#timeline", DataTable)
+            assert timeline.row_count == 10
+            assert float(str(timeline.get_row("first_step")[1])) > float(
+                str(timeline.get_row("switches_acked")[1]))
+            # The failed member was repaired and is a spare again.
+            failed = app.failover["member"]
+            assert failed in rig.daemon.jobs.job("ring4").spares
+            hosts = app.query_one("#hosttable", DataTable)
+            host = failed.split(".")[0]
+            await until(app, lambda: "spare for ring4" in str(hosts.get_row(host)[4]))
 
 
 async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: Path) -> None:

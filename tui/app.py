@@ -11,7 +11,10 @@ all requests run in workers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import deque
+from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -19,17 +22,28 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.worker import WorkerCancelled, WorkerFailed
 from textual.widgets import (
     DataTable,
     Footer,
     Header,
     Input,
     Label,
+    ProgressBar,
     RichLog,
     TabbedContent,
     TabPane,
 )
 
+from labd.campaign import (
+    CampaignError,
+    ReconfigPlan,
+    batch_sizes,
+    free_ports,
+    planned,
+    run_reconfig,
+    summary,
+)
 from labd.client import DaemonClient, DaemonError
 
 STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
@@ -61,48 +75,85 @@ def power_text(dbm: float | None, threshold: float = -30.0) -> Text:
     return Text(f"{dbm:7.2f}", style=style)
 
 
-class CircuitScreen(ModalScreen[tuple[str, str] | None]):
-    """Make a circuit between two endpoints: type both, Enter confirms, Escape cancels."""
+class FormScreen(ModalScreen[dict[str, str] | None]):
+    """A few fields typed in turn: Enter moves to the next and, in the last, submits;
+    Escape cancels. Answers each field's value by its id."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
+    def __init__(self, title: str, fields: list[tuple[str, str, str]]) -> None:
+        """``fields``: (id, placeholder, initial value)."""
+        super().__init__()
+        self.title_text = title
+        self.fields = fields
+
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label("Make a circuit (Enter in the second field makes it; Esc cancels)")
-            yield Input(placeholder="from endpoint, e.g. h0.nic0", id="src")
-            yield Input(placeholder="to endpoint, e.g. h1.nic0", id="dst")
+            yield Label(f"{self.title_text} (Enter: next field, then go; Esc cancels)")
+            for field_id, placeholder, value in self.fields:
+                yield Input(value=value, placeholder=placeholder, id=field_id)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "src":
-            self.query_one("#dst", Input).focus()
+        ids = [f[0] for f in self.fields]
+        at = ids.index(str(event.input.id))
+        if at + 1 < len(ids):
+            self.query_one(f"#{ids[at + 1]}", Input).focus()
             return
-        src = self.query_one("#src", Input).value.strip()
-        dst = self.query_one("#dst", Input).value.strip()
-        if src and dst:
-            self.dismiss((src, dst))
+        values = {i: self.query_one(f"#{i}", Input).value.strip() for i in ids}
+        if all(values.values()):
+            self.dismiss(values)
+        else:
+            self.notify("every field is needed", severity="warning")
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
 
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question before a change: y or Enter says yes, n or Escape no."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y,enter", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, id="question")
+            yield Label("y / Enter: yes    n / Esc: no", classes="hint")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
 HELP = {
     "ports": "Every port of every switch: its partner, state (failed in red), optical power "
              "coloured by level (green: well lit, yellow: near the threshold, dim red: dark) "
-             "and the end-to-end circuit through it. / filters (switch, switch:port, "
-             "endpoint); c makes a circuit between two endpoints.",
+             "and the end-to-end circuit through it; below, a mesh's routed paths (each "
+             "element passed, ═ bar, ╳ cross). / filters (switch, switch:port, endpoint). "
+             "c makes a circuit between two endpoints, p a raw pair on one switch; x breaks "
+             "the circuit (or the raw pair) on the port under the cursor; m measures "
+             "reconfiguration latency on its switch. Every change asks first.",
     "hosts": "Each GPU host: status (lost hosts in red), its GPUs' health (● green healthy, "
              "yellow degraded, red failed), NIC links, and the jobs (rank) it serves or is a "
-             "spare for.",
+             "spare for. d runs a failover drill (emulated hosts).",
     "failover": "The latest recovery, stage by stage as it happens, in ms after the failure: "
                 "failure → reported → detected → spare chosen → switches acknowledged → "
-                "light verified → links up → job restarted → collectives ready → first step.",
-    "reconfigurations": "Recent reconfigurations: outcome, pairs, device (dispatched → "
-                        "acknowledged), light (dispatched → light verified) and total ms.",
-    "events": "Everything the daemon reports, newest last.",
+                "light verified → links up → job restarted → collectives ready → first step. "
+                "d runs a failover drill: a member's GPU fails, the daemon swaps a spare in, "
+                "then the member is repaired and returned to the spares.",
+    "reconfigurations": "Per switch: the device time's p50/p99 (dispatched → acknowledged), "
+                        "the light p50 (dispatched → light verified) and the last 60 as a "
+                        "sparkline. Below, recent reconfigurations: cause, outcome, pairs "
+                        "and phases. m starts a latency measurement (toggle, random, "
+                        "permutation or sweep) on a switch's free ports.",
+    "events": "Everything the daemon reports, newest last; / filters by kind or content.",
 }
-KEYS = ("1-5 tabs · / filter ports · c make a circuit · r resync · ? this help · "
-        "ctrl+p command palette · q quit. When the daemon is unreachable the title says "
-        "STALE and the last picture is kept.")
+KEYS = ("1-5 tabs · / filter · c circuit · p raw pair · x break · m measure · d drill · "
+        "r resync · ? this help · ctrl+p command palette · q quit. When the daemon is "
+        "unreachable the title says STALE and the last picture is kept.")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -125,13 +176,47 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss(None)
 
 
+#: The port map's columns: (key, label, width).
+PORT_COLUMNS = (("switch", "switch", 8), ("port", "port", 5), ("partner", "partner", 7),
+                ("state", "state", 9), ("power", "power dBm", 9), ("circuit", "circuit", 34))
+PortCells = tuple[str, str, str, str, "float | None", str]
+
+
+def port_cell(column: str, value: Any) -> str | Text:
+    """One port-map cell as shown: plain strings where there is nothing to colour (768
+    rows add up), colour where it says something."""
+    if column == "power":
+        return power_text(value)
+    if column in ("partner", "circuit"):
+        return Text(value, style="bold cyan") if value else ""
+    if column == "state" and value not in ("enabled", "unknown"):
+        return Text(value, style="red" if value == "failed" else "dim")
+    return str(value)
+
+
+def draw_path(ingress: int, egress: int | None, elements: list[list[Any]]) -> Text:
+    """A mesh path as the light takes it: ``1 ─[0 ═]─[5 ╳]─[9 ═]─ 6``."""
+    text = Text(f"{ingress} ")
+    for element, state in elements:
+        text.append("─[", style="dim")
+        text.append(f"{element} {'═' if state == 'bar' else '╳'}",
+                    style="cyan" if state == "bar" else "magenta")
+        text.append("]", style="dim")
+    text.append(f"─ {egress if egress is not None else '?'}")
+    return text
+
+
 class LabApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "labd"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
-        Binding("c", "circuit", "Make circuit"),
-        Binding("slash", "filter", "Filter ports"),
+        Binding("c", "circuit", "Circuit"),
+        Binding("p", "pair", "Raw pair"),
+        Binding("x", "break", "Break"),
+        Binding("m", "measure", "Measure"),
+        Binding("d", "drill", "Drill"),
+        Binding("slash", "filter", "Filter"),
         Binding("r", "resync", "Resync"),
         Binding("question_mark", "help", "Help"),
         Binding("1", "goto('ports')", "Ports", show=False),
@@ -149,10 +234,11 @@ class LabApp(App[None]):
         self.failover: dict[str, Any] | None = None
         self.stale_since: float | None = None
         self.port_filter = ""
+        self.event_filter = ""
         self.synced = asyncio.Event()
         """Set after each resync from a snapshot (tests wait on it)."""
         self.applied = asyncio.Condition()
-        """Notified after each event is applied."""
+        """Notified after each event is applied, and after each action's answer."""
         self.stale = asyncio.Event()
         """Set while the daemon is out of reach."""
         self.render_ms: list[float] = []
@@ -162,6 +248,13 @@ class LabApp(App[None]):
         self.light_ms: dict[str, list[float]] = {}
         self.circuit_at: dict[str, str] = {}
         """``switch:port`` → the end-to-end circuit through it, "h0.nic0 → h1.nic0"."""
+        self.mesh_paths: dict[str, dict[str, Any]] = {}
+        """mesh → its state from ``GET /v1/switches/{id}`` (paths and intended pairs)."""
+        self.shown: dict[str, PortCells] = {}
+        """What the port map shows, row by row (only changed cells are redrawn)."""
+        self.event_lines: deque[tuple[str, Text]] = deque(maxlen=5000)
+        self.last_notice = ""
+        """The latest notification's text (tests read it)."""
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -171,22 +264,31 @@ class LabApp(App[None]):
                 yield Input(placeholder="filter: switch, port or endpoint (/ to focus)",
                             id="port-filter")
                 yield DataTable(id="portmap", zebra_stripes=True, cursor_type="row")
+                yield DataTable(id="paths", cursor_type="row")
             with TabPane("Hosts [2]", id="hosts"):
                 yield DataTable(id="hosttable", cursor_type="row")
             with TabPane("Failover [3]", id="failover"):
                 yield Label("no failover yet", id="failover-title")
                 yield DataTable(id="timeline", cursor_type="row")
             with TabPane("Reconfigurations [4]", id="reconfigurations"):
+                yield ProgressBar(id="measure-progress", show_eta=True)
                 yield DataTable(id="latency", cursor_type="row")
                 yield DataTable(id="reconf", zebra_stripes=True, cursor_type="row")
             with TabPane("Events [5]", id="events"):
+                yield Input(placeholder="filter: kind or content (/ to focus)",
+                            id="event-filter")
                 yield RichLog(id="eventlog", max_lines=5000, wrap=False)
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.client.url} — connecting"
-        self.query_one("#portmap", DataTable).add_columns(
-            "switch", "port", "partner", "state", "power dBm", "circuit")
+        portmap = self.query_one("#portmap", DataTable)
+        for key, label, width in PORT_COLUMNS:
+            portmap.add_column(label, width=width, key=key)
+        self.query_one("#paths", DataTable).add_columns(
+            "mesh", "ports", "circuit", "path (element ═ bar, ╳ cross)")
+        self.query_one("#paths", DataTable).display = False
+        self.query_one("#measure-progress", ProgressBar).display = False
         self.query_one("#hosttable", DataTable).add_columns(
             "host", "status", "GPUs", "NIC links", "jobs (rank) / spare")
         self.query_one("#timeline", DataTable).add_columns("stage", "ms after failure")
@@ -194,11 +296,26 @@ class LabApp(App[None]):
             "switch", "n", "device p50", "device p99", "light p50", "device ms, last 60")
         self.query_one("#reconf", DataTable).add_columns(
             "id", "switch", "cause", "outcome", "pairs", "device ms", "light ms", "total ms")
-        self.query_one("#portmap", DataTable).focus()  # keys act on the map, not the filter
+        portmap.focus()  # keys act on the map, not the filter
         self.run_worker(self._follow(), exclusive=True, group="events")
 
     async def on_unmount(self) -> None:
+        # A measurement stopped here still puts its switch back: let it, then close.
+        measuring = [w for w in self.workers if w.group == "measure"]
+        for worker in measuring:
+            worker.cancel()
+            with contextlib.suppress(WorkerCancelled, WorkerFailed):
+                await worker.wait()
         await self.client.close()
+
+    def notify_user(self, message: str, title: str, error: bool = False) -> None:
+        self.last_notice = f"{title}: {message}"
+        self.notify(message, title=title, severity="error" if error else "information",
+                    timeout=8 if error else 5)
+
+    async def _announce(self) -> None:
+        async with self.applied:
+            self.applied.notify_all()
 
     # -- following the daemon --------------------------------------------------------------
     async def _follow(self) -> None:
@@ -228,8 +345,12 @@ class LabApp(App[None]):
         """A fresh picture: every switch's ports, the hosts, the latest failover, the
         recent reconfigurations."""
         switches = sorted(snapshot.get("intended", {}))
+        self.mesh_paths = {}
         for switch in switches:
             await self._load_ports(switch)
+            state = await self.client.get(f"/v1/switches/{switch}")
+            if state.get("paths") is not None:
+                self.mesh_paths[switch] = state
         await self._load_circuits()
         self.hosts = snapshot.get("hosts", [])
         self.jobs = snapshot.get("jobs", [])
@@ -263,14 +384,21 @@ class LabApp(App[None]):
     async def _load_ports(self, switch: str) -> None:
         try:
             self.ports[switch] = await self.client.get(f"/v1/switches/{switch}/ports")
+            if switch in self.mesh_paths:
+                self.mesh_paths[switch] = await self.client.get(f"/v1/switches/{switch}")
         except DaemonError as exc:  # an offline switch: say so, keep its last picture
-            self.query_one("#eventlog", RichLog).write(Text(str(exc), style="yellow"))
+            self._log_line("error", Text(str(exc), style="yellow"))
+
+    def _log_line(self, kind: str, line: Text) -> None:
+        self.event_lines.append((kind, line))
+        wanted = self.event_filter.lower()
+        if not wanted or wanted in line.plain.lower():
+            self.query_one("#eventlog", RichLog).write(line)
 
     async def _apply(self, event: dict[str, Any]) -> None:
         kind, data = event.get("kind", ""), event.get("data", {})
-        self.query_one("#eventlog", RichLog).write(
-            Text.assemble((f"{event.get('seq', ''):>6} ", "dim"), (f"{kind:24}", "bold"),
-                          str(data)[:200]))
+        self._log_line(kind, Text.assemble((f"{event.get('seq', ''):>6} ", "dim"),
+                                           (f"{kind:24}", "bold"), str(data)[:200]))
         if kind == "reconfiguration":
             await self._load_ports(data["switch"])
             await self._load_circuits()
@@ -280,38 +408,65 @@ class LabApp(App[None]):
         elif kind == "failover":
             self.failover = data
             self._render_failover()
+        elif kind == "drill":
+            self._drill_said(data)
         elif kind == "job.state":
             self.jobs = [data if j.get("id") == data.get("id") else j for j in self.jobs]
             self._render_hosts()
         elif kind.startswith(("host.", "gpu.", "nic.")):
             self.hosts = await self.client.get("/v1/hosts")
             self._render_hosts()
-        async with self.applied:
-            self.applied.notify_all()
+        await self._announce()
 
     # -- rendering -------------------------------------------------------------------------
-    def _render_ports(self) -> None:
-        started = time.perf_counter()
-        table = self.query_one("#portmap", DataTable)
-        table.clear()
+    def _port_rows(self) -> list[tuple[str, PortCells]]:
         wanted = self.port_filter.lower()
+        rows = []
         for switch in sorted(self.ports):
             for port in self.ports[switch]:
                 where = f"{switch}:{port['port']}"
                 circuit = self.circuit_at.get(where, "")
-                cells = (switch, str(port["port"]),
-                         "" if port["partner"] is None else str(port["partner"]),
-                         str(port["state"]), circuit)
-                if wanted and not any(wanted in c.lower() for c in (where, *cells)):
+                cells: PortCells = (switch, str(port["port"]),
+                                    "" if port["partner"] is None else str(port["partner"]),
+                                    str(port["state"]), port.get("power_dbm"), circuit)
+                if wanted and not any(wanted in str(c).lower() for c in (where, *cells)):
                     continue
-                # Plain strings where there is nothing to colour: 768 rows add up.
-                state: str | Text = cells[3] if cells[3] in ("enabled", "unknown") else Text(
-                    cells[3], style="red" if cells[3] == "failed" else "dim")
-                table.add_row(switch, cells[1],
-                              Text(cells[2], style="bold cyan") if cells[2] else "", state,
-                              power_text(port.get("power_dbm")),
-                              Text(circuit, style="bold cyan") if circuit else "", key=where)
+                rows.append((where, cells))
+        return rows
+
+    def _render_ports(self) -> None:
+        """Redraw the port map: only the cells that changed, unless the rows themselves
+        did (a new filter, a switch coming online)."""
+        started = time.perf_counter()
+        table = self.query_one("#portmap", DataTable)
+        rows = self._port_rows()
+        if [key for key, _ in rows] != list(self.shown):
+            table.clear()
+            for key, cells in rows:
+                table.add_row(*(port_cell(c[0], v) for c, v in zip(PORT_COLUMNS, cells,
+                                                                     strict=True)), key=key)
+        else:
+            for key, cells in rows:
+                before = self.shown[key]
+                for index, (column, value) in enumerate(zip(PORT_COLUMNS, cells, strict=True)):
+                    if before[index] != value:
+                        table.update_cell(key, column[0], port_cell(column[0], value))
+        self.shown = dict(rows)
+        self._render_paths()
         self.render_ms.append((time.perf_counter() - started) * 1000)
+
+    def _render_paths(self) -> None:
+        """A mesh's routed paths: the elements each circuit passes, column by column."""
+        table = self.query_one("#paths", DataTable)
+        table.display = bool(self.mesh_paths)
+        table.clear()
+        for mesh, state in sorted(self.mesh_paths.items()):
+            egress = dict(state.get("intended", []))
+            for ingress, elements in sorted(state["paths"].items(), key=lambda i: int(i[0])):
+                a = int(ingress)
+                table.add_row(mesh, f"{a}→{egress.get(a, '?')}",
+                              self.circuit_at.get(f"{mesh}:{a}", ""),
+                              draw_path(a, egress.get(a), elements), key=f"{mesh}:{a}")
 
     def _render_hosts(self) -> None:
         table = self.query_one("#hosttable", DataTable)
@@ -344,7 +499,7 @@ class LabApp(App[None]):
         title = self.query_one("#failover-title", Label)
         t = self.failover
         if t is None:
-            title.update("no failover yet")
+            title.update("no failover yet (d runs a drill where the hosts are emulated)")
             return
         plan = t.get("plan") or {}
         title.update(f"#{t.get('id')} job {t['job']}: {t.get('trigger')} on {t['member']} → "
@@ -390,7 +545,7 @@ class LabApp(App[None]):
                           f"{quantile(light, 0.5):.2f}" if light else "-",
                           Text(sparkline(device[-60:]), style="cyan"), key=switch)
 
-    # -- actions ---------------------------------------------------------------------------
+    # -- navigation ------------------------------------------------------------------------
     #: The widget that takes the keys on each tab.
     TAB_FOCUS: ClassVar[dict[str, str]] = {
         "ports": "#portmap", "hosts": "#hosttable", "failover": "#timeline",
@@ -405,34 +560,194 @@ class LabApp(App[None]):
         self.push_screen(HelpScreen(self.query_one(TabbedContent).active))
 
     def action_filter(self) -> None:
+        """Filter the events on the Events tab, the port map everywhere else."""
+        if self.query_one(TabbedContent).active == "events":
+            self.query_one("#event-filter", Input).focus()
+            return
         self.action_goto("ports")
         self.query_one("#port-filter", Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "port-filter":  # Enter: back to the map
             self.query_one("#portmap", DataTable).focus()
+        elif event.input.id == "event-filter":
+            self.query_one("#eventlog", RichLog).focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "port-filter":
             self.port_filter = event.value.strip()
             self._render_ports()
+        elif event.input.id == "event-filter":
+            self.event_filter = event.value.strip()
+            log = self.query_one("#eventlog", RichLog)
+            log.clear()
+            wanted = self.event_filter.lower()
+            for _, line in self.event_lines:
+                if not wanted or wanted in line.plain.lower():
+                    log.write(line)
 
     def action_resync(self) -> None:
         self.run_worker(self._follow(), exclusive=True, group="events")
 
-    def action_circuit(self) -> None:
-        def made(answer: tuple[str, str] | None) -> None:
-            if answer is not None:
-                self.run_worker(self._make_circuit(*answer), group="actions")
+    def port_under_cursor(self) -> tuple[str, int] | None:
+        """The switch and port of the port-map row under the cursor."""
+        table = self.query_one("#portmap", DataTable)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        switch, _, port = str(key).rpartition(":")
+        return switch, int(port)
 
-        self.push_screen(CircuitScreen(), made)
+    # -- actions: every change asks first --------------------------------------------------
+    def _ask(self, question: str, then: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Ask; on yes, run ``then()`` in a worker."""
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.run_worker(then(), group="actions")
 
-    async def _make_circuit(self, src: str, dst: str) -> None:
+        self.push_screen(ConfirmScreen(question), answered)
+
+    def _ask_change(self, question: str, title: str, method: str, path: str,
+                    body: dict[str, Any], said: Callable[[Any], str]) -> None:
+        self._ask(question, lambda: self._change(title, method, path, body, said))
+
+    async def _change(self, title: str, method: str, path: str, body: dict[str, Any],
+                      said: Callable[[Any], str]) -> None:
+        """One change through the API; the answer (or the refusal) as a notification."""
         try:
-            result = await self.client.post("/v1/circuits", {"from": src, "to": dst})
+            result = await self.client.request(method, path, body)
         except DaemonError as exc:
-            self.notify(str(exc), title="circuit not made", severity="error", timeout=8)
+            self.notify_user(str(exc), f"{title}: refused", error=True)
+        else:
+            self.notify_user(said(result), title)
+        await self._announce()
+
+    def action_circuit(self) -> None:
+        def typed(answer: dict[str, str] | None) -> None:
+            if answer is None:
+                return
+            src, dst = answer["src"], answer["dst"]
+            self._ask_change(
+                f"Make the circuit {src} → {dst} (on every switch it crosses)?",
+                "circuit made", "POST", "/v1/circuits", {"from": src, "to": dst},
+                lambda r: f"{src} → {dst} via {route_text(r['route'])}")
+
+        self.push_screen(FormScreen("Make a circuit", [
+            ("src", "from endpoint, e.g. h0.nic0", ""),
+            ("dst", "to endpoint, e.g. h1.nic0", "")]), typed)
+
+    def action_pair(self) -> None:
+        at = self.port_under_cursor()
+
+        def typed(answer: dict[str, str] | None) -> None:
+            if answer is None:
+                return
+            try:
+                a, b = int(answer["a"]), int(answer["b"])
+            except ValueError:
+                self.notify_user("ports are numbers", "raw pair not made", error=True)
+                return
+            switch = answer["switch"]
+            self._ask_change(
+                f"Connect {switch} port {a} to port {b} (a raw pair, no endpoints)?",
+                "pair made", "POST", f"/v1/switches/{switch}/connections",
+                {"pairs": [[a, b]]}, lambda r: f"{switch} {a}↔{b}: {r['outcome']}")
+
+        self.push_screen(FormScreen("Connect a raw pair on one switch", [
+            ("switch", "switch id", at[0] if at else ""),
+            ("a", "port", str(at[1]) if at else ""), ("b", "other port", "")]), typed)
+
+    def action_break(self) -> None:
+        """Break the circuit through the port under the cursor, or its raw pair."""
+        at = self.port_under_cursor()
+        if at is None:
             return
-        hops = ", ".join(f"{h['switch']} {h['ingress']}→{h['egress']}"
-                         for h in result["route"]["hops"]) or "a direct fibre"
-        self.notify(f"{src} → {dst} via {hops}", title="circuit made")
+        switch, port = at
+        circuit = self.circuit_at.get(f"{switch}:{port}")
+        cells = self.shown.get(f"{switch}:{port}")
+        if circuit:
+            src, dst = circuit.split(" → ")
+            self._ask_change(
+                f"Break the circuit {circuit} (on every switch it crosses)?",
+                "circuit broken", "POST", "/v1/circuits/disconnect", {"from": src, "to": dst},
+                lambda r: f"{circuit}: was via {route_text(r['route'])}")
+        elif cells is not None and cells[2]:
+            partner = cells[2]
+            self._ask_change(
+                f"Disconnect {switch} port {port} from port {partner}?",
+                "pair broken", "POST", f"/v1/switches/{switch}/disconnect", {"ports": [port]},
+                lambda r: f"{switch} {port}↔{partner}: {r['outcome']}")
+        else:
+            self.notify_user(f"{switch} port {port} is in no circuit", "nothing to break")
+
+    def action_drill(self) -> None:
+        self._ask("Run a failover drill: a member GPU of the first job with spares fails "
+                  "(Xid 79), the daemon swaps a spare in, then the member is repaired?",
+                  self._drill)
+
+    async def _drill(self) -> None:
+        try:
+            await self.client.post("/v1/drills/failover", {"kind": "gpu"})
+        except DaemonError as exc:
+            self.notify_user(str(exc), "drill not started", error=True)
+        else:
+            self.action_goto("failover")
+        await self._announce()
+
+    def _drill_said(self, data: dict[str, Any]) -> None:
+        state = data.get("state")
+        if state == "failed":
+            self.notify_user(str(data.get("detail")), "drill failed", error=True)
+        elif state in ("recovered", "ended"):
+            self.notify_user(f"job {data['job']}: {data.get('member')} → "
+                             f"{data.get('outcome')}", "drill")
+        elif state == "done":
+            self.notify_user(f"{data.get('member')} repaired and returned as a spare",
+                             "drill done")
+
+    def action_measure(self) -> None:
+        at = self.port_under_cursor()
+
+        def typed(answer: dict[str, str] | None) -> None:
+            if answer is None:
+                return
+            try:
+                plan = ReconfigPlan(answer["switch"], answer["pattern"],
+                                    int(answer["rounds"]), int(answer["k"]))
+                plan.check()
+            except (ValueError, CampaignError) as exc:
+                self.notify_user(str(exc), "measurement not started", error=True)
+                return
+            self.run_worker(self._measure(plan), group="measure", exclusive=True)
+
+        self.push_screen(FormScreen("Measure reconfiguration latency on free ports", [
+            ("switch", "switch id", at[0] if at else ""),
+            ("pattern", "toggle | random | permutation | sweep", "toggle"),
+            ("rounds", "reconfigurations (per batch size)", "20"),
+            ("k", "pairs per batch (random)", "1")]), typed)
+
+    async def _measure(self, plan: ReconfigPlan) -> None:
+        bar = self.query_one("#measure-progress", ProgressBar)
+        self.action_goto("reconfigurations")
+        rows: list[dict[str, Any]] = []
+        try:
+            sizes = batch_sizes(plan, await free_ports(self.client, plan.switch))
+            bar.update(total=planned(plan, sizes), progress=0)
+            bar.display = True
+            async for row in run_reconfig(self.client, plan):
+                rows.append(row)
+                bar.advance(1)
+        except (DaemonError, CampaignError) as exc:
+            self.notify_user(str(exc), "measurement stopped", error=True)
+        finally:
+            bar.display = False
+        device = [r for r in summary(rows) if r["span"] == "device"]
+        self.notify_user(", ".join(f"k={r['k']}: device p50 {r['p50']:.2f} ms, p99 "
+                                   f"{r['p99']:.2f} ms" for r in device) or "no timed rows",
+                         f"{plan.switch} {plan.pattern}: {len(rows)} reconfigurations")
+        await self._announce()
+
+
+def route_text(route: dict[str, Any]) -> str:
+    return ", ".join(f"{h['switch']} {h['ingress']}→{h['egress']}"
+                     for h in route["hops"]) or "a direct fibre"
