@@ -22,7 +22,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.worker import WorkerCancelled, WorkerFailed
 from textual.widgets import (
     DataTable,
     Footer,
@@ -34,6 +33,7 @@ from textual.widgets import (
     TabbedContent,
     TabPane,
 )
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from labd.campaign import (
     CampaignError,
