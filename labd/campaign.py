@@ -97,7 +97,8 @@ async def run_reconfig(client: DaemonClient, plan: ReconfigPlan,
                        skip: int = 0) -> AsyncIterator[dict[str, Any]]:
     """Run the campaign; yield one row per reconfiguration as the daemon answers. ``skip``
     rows already measured (a resumed campaign) are not run again. The switch's free ports
-    are left free afterwards, also when the caller stops early."""
+    are left free afterwards, also when the caller stops early (close the generator:
+    ``async with contextlib.aclosing(run_reconfig(...)) as rows``)."""
     plan.check()
     free = await free_ports(client, plan.switch)
     sizes = batch_sizes(plan, free)

@@ -173,6 +173,11 @@ async def test_bad_requests_are_refused_and_change_nothing(running: Running) -> 
             (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]]},
                        headers={"Authorization": "Bearer wrong"}), 401, "bearer token"),
             (http.post("/v1/circuits", json={"from": "a", "to": "zzz"}), 404, "no path from"),
+            (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]],
+                                                              "cause": "recovery"}), 422,
+             "cause"),  # the daemon's own cause is not the API's to claim
+            (http.post("/v1/drills/failover", json={}), 409, "GPU hosts emulated"),
+            (http.post("/v1/drills/failover", json={"kind": "psu"}), 422, "kind"),
         ]
         for call, status, words in cases:
             r = await call

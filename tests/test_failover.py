@@ -12,10 +12,12 @@ from typing import Any
 
 import aiomqtt
 import httpx
+from sqlalchemy import select
 
 from labd.drill import Rig, emulated_rig, hosts_ready, job_stepping, run_drill, wait_for
 from labd.jobs import JobManager
 from labd.labfile import load_lab
+from labd.store.models import FailoverTimeline
 from labd.wiring import trace_circuit
 from tests.broker import BROKER, MQTT, require_broker, unique_lab
 
@@ -340,3 +342,42 @@ async def test_without_a_broker_agents_report_over_http(tmp_path: Path) -> None:
             r = await api.get("/v1/agents/h0/commands", params={"wait_s": 0}, headers=auth)
             assert r.status_code == 200 and r.json() == []
         assert daemon.hosts.hosts["h0"].status == "online"  # nothing bad was taken
+
+
+@bounded(120)
+async def test_drills_through_the_api(tmp_path: Path) -> None:
+    """POST /v1/drills/failover: bad requests are refused with nothing started; a drill on
+    a job that is not running starts it, recovers, repairs the member and returns it as a
+    spare; a second drill while one runs is refused."""
+    _, path = unique_lab(tmp_path, "fo6", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+        daemon = rig.daemon
+        _, events = daemon.hub.subscribe()
+        async with httpx.AsyncClient(base_url=daemon.url,
+                                     headers={"Authorization": "Bearer t"}) as api:
+            for body, status, words in (
+                    ({"job": "nope"}, 404, "nope"),
+                    ({"member": "s0.nic0"}, 422, "not a member of job 'ring4'"),
+                    ({"member": 3}, 422, "member")):
+                r = await api.post("/v1/drills/failover", json=body)
+                assert r.status_code == status and words in r.text, r.text
+            assert daemon.jobs.job("ring4").status == "idle"  # nothing was started
+            r = await api.post("/v1/drills/failover", json={"member": "h1.nic0"})
+            assert r.status_code == 202 and r.json()["job"] == "ring4"
+            r = await api.post("/v1/drills/failover", json={})
+            assert r.status_code == 409 and "already running" in r.text
+            states = []
+            while not states or states[-1] not in ("done", "failed"):
+                event = await events.next()
+                assert event is not None
+                if event.kind == "drill":
+                    states.append(event.data["state"])
+                    last = event.data
+        events.close()
+        assert states == ["started", "recovered", "done"], last
+        state = daemon.jobs.job("ring4")
+        assert "h1.nic0" not in state.members and "h1.nic0" in state.spares
+        (timeline,) = await daemon.store.read(
+            lambda s: [r.outcome for r in s.scalars(select(FailoverTimeline))])
+        assert timeline == "recovered"
