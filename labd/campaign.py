@@ -68,11 +68,15 @@ async def free_ports(client: DaemonClient, switch: str) -> FreePorts:
     state = await client.get(f"/v1/switches/{switch}")
     if not state.get("size"):
         raise CampaignError(f"switch {switch} is offline (not identified); nothing measured")
-    n, m = (int(x) for x in str(state["size"]).lower().split("x"))
     used = {p for pair in state["intended"] for p in pair}
-    return FreePorts([p for p in range(1, n + 1) if p not in used],
-                     [p for p in range(n + 1, n + m + 1) if p not in used],
-                     {a: b for a, b in state["intended"]})
+    kept = {a: b for a, b in state["intended"]}
+    n, _, m = str(state["size"]).lower().partition("x")
+    if not m:  # any-to-any: the free ports' first half to their second
+        free = [p for p in range(1, int(n) + 1) if p not in used]
+        return FreePorts(free[:len(free) // 2], free[len(free) // 2:], kept)
+    top = int(n)
+    return FreePorts([p for p in range(1, top + 1) if p not in used],
+                     [p for p in range(top + 1, top + int(m) + 1) if p not in used], kept)
 
 
 def batch_sizes(plan: ReconfigPlan, free: FreePorts) -> list[int]:

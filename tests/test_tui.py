@@ -79,10 +79,14 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             # Both ports name the circuit end to end.
             await until(app, lambda: cell(table, "ocs1:9", 5) == "h0.nic0 → h1.nic0")
             assert cell(table, "ocs1:1", 5) == "h0.nic0 → h1.nic0"
+            # Out of sight, the Reconfigurations tab is drawn when shown.
             reconf = app.query_one("#reconf", DataTable)
+            assert reconf.row_count == 0 and "reconfigurations" in app.hidden_changes
+            await pilot.press("4")
             assert reconf.row_count == 1
             latency = app.query_one("#latency", DataTable)
             assert latency.get_row("ocs1")[1] == "1"  # one reconfiguration of ocs1 so far
+            await pilot.press("1")
 
             # A raw pair on the mesh: its routed path is drawn element by element.
             paths = app.query_one("#paths", DataTable)
@@ -189,6 +193,7 @@ async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
             # The failed member was repaired and is a spare again.
             failed = app.failover["member"]
             assert failed in rig.daemon.jobs.job("ring4").spares
+            await pilot.press("2")
             hosts = app.query_one("#hosttable", DataTable)
             host = failed.split(".")[0]
             await until(app, lambda: "spare for ring4" in str(hosts.get_row(host)[4]))

@@ -51,6 +51,8 @@ STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
 
 
 BARS = "▁▂▃▄▅▆▇█"
+#: The port map is refreshed at most this often (seconds) under a stream of changes.
+REFRESH_S = 0.2
 
 
 def sparkline(values: list[float]) -> str:
@@ -253,6 +255,15 @@ class LabApp(App[None]):
         self.shown: dict[str, PortCells] = {}
         """What the port map shows, row by row (only changed cells are redrawn)."""
         self.event_lines: deque[tuple[str, Text]] = deque(maxlen=5000)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=500)
+        """The latest reconfigurations, oldest first (the Reconfigurations tab's rows)."""
+        self.hidden_changes: set[str] = set()
+        """Tabs whose tables changed while out of sight: drawn when next shown (drawing a
+        table nobody sees costs a full repaint of the screen)."""
+        self.drawn_paths: list[tuple[str, int, Any, str, Any]] = []
+        self.changed_switches: set[str] = set()
+        self.refresh_due = False
+        self.refreshed_at = 0.0
         self.last_notice = ""
         """The latest notification's text (tests read it)."""
 
@@ -357,13 +368,12 @@ class LabApp(App[None]):
         latest = await self.client.get("/v1/failovers", limit=1)
         self.failover = latest[0] if latest else None
         rows = await self.client.get("/v1/reconfigurations", limit=100)
-        reconf = self.query_one("#reconf", DataTable)
-        reconf.clear()
+        self.recent.clear()
         self.device_ms.clear()
         self.light_ms.clear()
         for row in reversed(rows):
             self._add_reconfiguration(row)
-        self._render_latency()
+        self._render_reconfigurations()
         self._render_ports()
         self._render_hosts()
         self._render_failover()
@@ -389,6 +399,30 @@ class LabApp(App[None]):
         except DaemonError as exc:  # an offline switch: say so, keep its last picture
             self._log_line("error", Text(str(exc), style="yellow"))
 
+    def _port_map_changed(self, switch: str) -> None:
+        """Refresh the switch's ports: at once after a quiet spell, else at most every
+        REFRESH_S, all the switches changed meanwhile together (a steady stream of changes
+        would otherwise repaint the screen for each one)."""
+        self.changed_switches.add(switch)
+        if self.refresh_due:
+            return
+        self.refresh_due = True
+        wait = self.refreshed_at + REFRESH_S - time.monotonic()
+        if wait <= 0:
+            self.run_worker(self._refresh_ports(), group="ports")
+        else:
+            self.set_timer(wait, lambda: self.run_worker(self._refresh_ports(), group="ports"))
+
+    async def _refresh_ports(self) -> None:
+        switches, self.changed_switches = self.changed_switches, set()
+        self.refresh_due = False
+        self.refreshed_at = time.monotonic()
+        for switch in sorted(switches):
+            await self._load_ports(switch)
+        await self._load_circuits()
+        self._render_ports()
+        await self._announce()
+
     def _log_line(self, kind: str, line: Text) -> None:
         self.event_lines.append((kind, line))
         wanted = self.event_filter.lower()
@@ -400,11 +434,9 @@ class LabApp(App[None]):
         self._log_line(kind, Text.assemble((f"{event.get('seq', ''):>6} ", "dim"),
                                            (f"{kind:24}", "bold"), str(data)[:200]))
         if kind == "reconfiguration":
-            await self._load_ports(data["switch"])
-            await self._load_circuits()
-            self._render_ports()
+            self._port_map_changed(data["switch"])
             self._add_reconfiguration(data)
-            self._render_latency()
+            self._render_reconfigurations(data)
         elif kind == "failover":
             self.failover = data
             self._render_failover()
@@ -457,18 +489,26 @@ class LabApp(App[None]):
 
     def _render_paths(self) -> None:
         """A mesh's routed paths: the elements each circuit passes, column by column."""
-        table = self.query_one("#paths", DataTable)
-        table.display = bool(self.mesh_paths)
-        table.clear()
+        rows = []
         for mesh, state in sorted(self.mesh_paths.items()):
             egress = dict(state.get("intended", []))
             for ingress, elements in sorted(state["paths"].items(), key=lambda i: int(i[0])):
                 a = int(ingress)
-                table.add_row(mesh, f"{a}→{egress.get(a, '?')}",
-                              self.circuit_at.get(f"{mesh}:{a}", ""),
-                              draw_path(a, egress.get(a), elements), key=f"{mesh}:{a}")
+                rows.append((mesh, a, egress.get(a), self.circuit_at.get(f"{mesh}:{a}", ""),
+                             elements))
+        table = self.query_one("#paths", DataTable)
+        table.display = bool(self.mesh_paths)
+        if rows == self.drawn_paths:
+            return  # unchanged: a redraw would repaint the whole screen
+        self.drawn_paths = rows
+        table.clear()
+        for mesh, a, b, circuit, elements in rows:
+            table.add_row(mesh, f"{a}→{b if b is not None else '?'}", circuit,
+                          draw_path(a, b, elements), key=f"{mesh}:{a}")
 
     def _render_hosts(self) -> None:
+        if not self._visible("hosts"):
+            return
         table = self.query_one("#hosttable", DataTable)
         table.clear()
         for host in self.hosts:
@@ -494,6 +534,8 @@ class LabApp(App[None]):
         return ", ".join(roles) or "-"
 
     def _render_failover(self) -> None:
+        if not self._visible("failover"):
+            return
         table = self.query_one("#timeline", DataTable)
         table.clear()
         title = self.query_one("#failover-title", Label)
@@ -511,11 +553,6 @@ class LabApp(App[None]):
 
     def _add_reconfiguration(self, row: dict[str, Any]) -> None:
         phases = row.get("phases") or {}
-
-        def span(a: str, b: str) -> str:
-            start, end = phases.get(a), phases.get(b)
-            return "-" if start is None or end is None else f"{(end - start) / 1e6:.2f}"
-
         switch = str(row.get("switch"))
         for series, (a, b) in ((self.device_ms, ("dispatched", "acknowledged")),
                                (self.light_ms, ("dispatched", "light"))):
@@ -524,15 +561,34 @@ class LabApp(App[None]):
                 kept = series.setdefault(switch, [])
                 kept.append((end - start) / 1e6)
                 del kept[:-500]
-        pairs = len(row.get("connected", [])) + len(row.get("disconnected", []))
-        outcome = str(row.get("outcome"))
+        self.recent.append(row)
+
+    def _visible(self, tab: str) -> bool:
+        if self.query_one(TabbedContent).active == tab:
+            return True
+        self.hidden_changes.add(tab)
+        return False
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        tab = str(event.pane.id)
+        if tab in self.hidden_changes:
+            self.hidden_changes.discard(tab)
+            {"reconfigurations": self._render_reconfigurations, "hosts": self._render_hosts,
+             "failover": self._render_failover}.get(tab, lambda: None)()
+
+    def _render_reconfigurations(self, latest: dict[str, Any] | None = None) -> None:
+        """The latency summary and the recent rows: the new row only where the table is
+        up to date, every row after it was out of sight."""
+        if not self._visible("reconfigurations"):
+            return
         table = self.query_one("#reconf", DataTable)
-        table.add_row(str(row.get("id")), str(row.get("switch")), str(row.get("cause")),
-                      Text(outcome, style="green" if outcome == "ok" else "bold red"),
-                      str(pairs), span("dispatched", "acknowledged"),
-                      span("dispatched", "light"), span("requested", "done"))
-        if table.row_count > 500:
+        if latest is None:
+            table.clear()
+        for row in [latest] if latest is not None else self.recent:
+            table.add_row(*reconfiguration_cells(row))
+        while table.row_count > self.recent.maxlen:  # type: ignore[operator]
             table.remove_row(next(iter(table.rows)))
+        self._render_latency()
 
     def _render_latency(self) -> None:
         """Per switch: the device time's distribution and its recent course."""
@@ -746,6 +802,23 @@ class LabApp(App[None]):
                                    f"{r['p99']:.2f} ms" for r in device) or "no timed rows",
                          f"{plan.switch} {plan.pattern}: {len(rows)} reconfigurations")
         await self._announce()
+
+
+def reconfiguration_cells(row: dict[str, Any]) -> tuple[str | Text, ...]:
+    """A reconfiguration as the table shows it: id, switch, cause, outcome, pairs, and its
+    device, light and total times in ms."""
+    phases = row.get("phases") or {}
+
+    def span(a: str, b: str) -> str:
+        start, end = phases.get(a), phases.get(b)
+        return "-" if start is None or end is None else f"{(end - start) / 1e6:.2f}"
+
+    outcome = str(row.get("outcome"))
+    pairs = len(row.get("connected", [])) + len(row.get("disconnected", []))
+    return (str(row.get("id")), str(row.get("switch")), str(row.get("cause")),
+            Text(outcome, style="green" if outcome == "ok" else "bold red"), str(pairs),
+            span("dispatched", "acknowledged"), span("dispatched", "light"),
+            span("requested", "done"))
 
 
 def route_text(route: dict[str, Any]) -> str:

@@ -1,0 +1,114 @@
+"""Snapshot tests of the TUI's main screens (pytest-textual-snapshot: the SVGs under
+``tests/__snapshots__`` are the reference; ``pytest --snapshot-update`` rewrites them after a
+deliberate change of looks, and a failing run writes an HTML report of the differences).
+
+The daemon runs on an emulated lab in a thread of its own (the snapshot harness runs the app
+on its own event loop); only what is deterministic is on screen: ports, partners, powers,
+circuits, mesh paths, hosts and the dialogs, not latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+from labd.drill import Rig, emulated_rig, hosts_ready, wait_for
+from labd.labfile import load_lab
+from tests.broker import unique_lab
+from tests.test_failover import lab_body
+from tests.test_tui import LAB
+from tui.app import LabApp
+
+SIZE = (110, 34)
+
+
+class Background:
+    """An emulated rig served from a thread with its own event loop."""
+
+    def __init__(self, rig: Rig, loop: asyncio.AbstractEventLoop) -> None:
+        self.rig, self.loop = rig, loop
+
+    def run(self, work: Callable[[Rig], Coroutine[Any, Any, Any]]) -> Any:
+        return asyncio.run_coroutine_threadsafe(work(self.rig), self.loop).result(60)
+
+
+@contextlib.contextmanager
+def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
+    _, path = unique_lab(tmp_path, tag, body)
+    lab = load_lab(path)
+    started = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def serve() -> None:
+        box["stop"] = asyncio.Event()
+        async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None,
+                                token="t") as rig:
+            box["bg"] = Background(rig, asyncio.get_running_loop())
+            started.set()
+            await box["stop"].wait()
+
+    def main() -> None:
+        try:
+            asyncio.run(serve())
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=main, name="rig", daemon=True)
+    thread.start()
+    assert started.wait(60) and "bg" in box, "the emulated lab did not start"
+    background: Background = box["bg"]
+    try:
+        yield background
+    finally:
+        background.loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(60)
+
+
+def settled(*keys: str) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
+    """Before the picture: the app has synced, the URL (a random port) is named plainly,
+    then ``keys`` are pressed."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, LabApp)
+        async with asyncio.timeout(30):
+            await app.synced.wait()
+        app.sub_title = "http://127.0.0.1:8470 — live"
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+    return run_before
+
+
+async def _circuits(rig: Rig) -> None:
+    engine = rig.daemon.engine
+    await engine.connect_endpoints([("h0.nic0", "h1.nic0")])
+    await engine.reconfigure("mesh1", connect=[(1, 6), (2, 5)])
+
+
+def test_port_map_with_a_circuit_and_mesh_paths(snap_compare: Any, tmp_path: Path) -> None:
+    with background_rig(tmp_path, "snap1", LAB) as bg:
+        bg.run(_circuits)
+        app = LabApp(bg.rig.daemon.url, "t")
+        assert snap_compare(app, terminal_size=SIZE, run_before=settled())
+
+
+def test_help_and_the_circuit_dialog(snap_compare: Any, tmp_path: Path) -> None:
+    with background_rig(tmp_path, "snap2", LAB) as bg:
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
+                            run_before=settled("question_mark"))
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
+                            run_before=settled("c", *"h0.nic0", "enter", *"h1.nic0", "enter"))
+
+
+def test_hosts_with_a_job_and_spares(snap_compare: Any, tmp_path: Path) -> None:
+    with background_rig(tmp_path, "snap3", lab_body()) as bg:
+        bg.run(lambda rig: wait_for(rig.daemon.hub, lambda: hosts_ready(rig.daemon), 30,
+                                    "every host online"))
+        app = LabApp(bg.rig.daemon.url, "t")
+        assert snap_compare(app, terminal_size=SIZE, run_before=settled("2"))
