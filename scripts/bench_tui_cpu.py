@@ -20,11 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 
+import httpx
+
 from labd.campaign import ReconfigPlan, run_reconfig
-from labd.client import DaemonClient, DaemonError
+from labd.client import DaemonClient
 
 SWITCHES = ("ocs1", "ocs2", "ocs3", "mesh1")
 TICK = os.sysconf("SC_CLK_TCK")
@@ -47,30 +50,39 @@ def pane(session: str) -> str:
                           text=True, check=False).stdout
 
 
-async def until(check: object, timeout: float, what: str) -> None:
+def until(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             sys.exit(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(0.2)  # polling another process's state: nothing to wait on
+        time.sleep(0.2)  # polling another process's state: nothing to wait on
 
 
-async def stream(client: DaemonClient, rate: float, seconds: float) -> int:
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/v1/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def stream(url: str, rate: float, seconds: float) -> int:
     """Reconfigurations at ``rate`` per second, round-robin over the switches; how many."""
     done = 0
+    client = DaemonClient(url, "t")
     async with AsyncExitStack() as stack:
+        stack.push_async_callback(client.close)
         campaigns = [await stack.enter_async_context(aclosing(run_reconfig(
             client, ReconfigPlan(s, "toggle", rounds=1_000_000, verify_light=False, seed=i))))
             for i, s in enumerate(SWITCHES)]
         start = time.monotonic()
-        while (now := time.monotonic()) - start < seconds:
+        while time.monotonic() - start < seconds:
             await campaigns[done % len(campaigns)].__anext__()
             done += 1
             await asyncio.sleep(max(0.0, start + done / rate - time.monotonic()))
     return done
 
 
-async def main(rate: float, seconds: float) -> None:
+def main(rate: float, seconds: float) -> None:
     if shutil.which("tmux") is None:
         sys.exit("this benchmark runs the UI in a real terminal: it needs tmux")
     port = free_port()
@@ -81,38 +93,25 @@ async def main(rate: float, seconds: float) -> None:
             [sys.executable, "-m", "labd", "run", "demo", "--db", f"{scratch}/s.sqlite",
              "--port", str(port), "--token", "t"], stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
-        client = DaemonClient(url, "t")
         try:
-            async def up() -> bool:
-                try:
-                    await client.get("/v1/health")
-                except DaemonError:
-                    return False
-                return True
-
-            deadline = time.monotonic() + 60
-            while not await up():
-                if daemon.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("labd run demo did not come up")
-                await asyncio.sleep(0.2)
+            until(lambda: daemon.poll() is None and healthy(url), 60, "labd run demo")
             subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
                             f"exec {sys.executable} -m labd tui {url} --token t"], check=True)
             ui = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F",
                                      "#{pane_pid}"], capture_output=True, text=True,
                                     check=True).stdout.split()[0])
-            await until(lambda: "live" in pane(session), 30, "the UI to show the lab live")
+            until(lambda: "live" in pane(session), 30, "the UI to show the lab live")
             ui0, idle0 = cpu_s(ui), time.monotonic()
-            await asyncio.sleep(5)  # the measurement window itself
+            time.sleep(5)  # the idle window itself
             idle = (cpu_s(ui) - ui0) / (time.monotonic() - idle0)
             ui0, d0, t0 = cpu_s(ui), cpu_s(daemon.pid), time.monotonic()
-            count = await stream(client, rate, seconds)
+            count = asyncio.run(stream(url, rate, seconds))
             took = time.monotonic() - t0
             busy, daemon_busy = (cpu_s(ui) - ui0) / took, (cpu_s(daemon.pid) - d0) / took
             shown = pane(session)
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], check=False,
                            capture_output=True)
-            await client.close()
             daemon.terminate()
             daemon.wait(30)
     print(f"labd tui on the demo lab ({len(SWITCHES)} switches), in tmux 160x50:")
@@ -127,4 +126,4 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=10.0, help="reconfigurations per second")
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
-    asyncio.run(main(args.rate, args.seconds))
+    main(args.rate, args.seconds)
