@@ -154,10 +154,12 @@ def create_app(daemon: Daemon) -> FastAPI:
                 "size": sw.info.size if sw.info else None,
                 "intended": [[a, b] for a, b in sorted(engine.intended[switch].items())],
                 "observed": [[a, b] for a, b in sorted(sw.expected.items())],
-                # A mesh's routed paths: ingress port → [[element, "bar"|"cross"], ...]
-                "paths": None if paths is None else {
-                    str(a): [[k, state] for k, state in elements]
-                    for a, elements in paths.items()}}
+                # A mesh's routed paths, as the device holds them: each circuit's elements,
+                # first to last, [[element, "bar"|"cross"], ...]
+                "paths": None if paths is None else [
+                    {"from": a, "to": sw.expected.get(a),
+                     "elements": [[k, state] for k, state in elements]}
+                    for a, elements in paths.items()]}
 
     @app.get("/v1/switches/{switch}/ports")
     async def ports(switch: str) -> list[dict[str, Any]]:

@@ -260,7 +260,7 @@ class LabApp(App[None]):
         self.hidden_changes: set[str] = set()
         """Tabs whose tables changed while out of sight: drawn when next shown (drawing a
         table nobody sees costs a full repaint of the screen)."""
-        self.drawn_paths: list[tuple[str, int, Any, str, Any]] = []
+        self.drawn_paths: list[tuple[str, int, Any, str | Text, Any]] = []
         self.changed_switches: set[str] = set()
         self.refresh_due = False
         self.refreshed_at = 0.0
@@ -491,11 +491,12 @@ class LabApp(App[None]):
         """A mesh's routed paths: the elements each circuit passes, column by column."""
         rows = []
         for mesh, state in sorted(self.mesh_paths.items()):
-            egress = dict(state.get("intended", []))
-            for ingress, elements in sorted(state["paths"].items(), key=lambda i: int(i[0])):
-                a = int(ingress)
-                rows.append((mesh, a, egress.get(a), self.circuit_at.get(f"{mesh}:{a}", ""),
-                             elements))
+            intended = {a for a, _ in state.get("intended", [])}
+            for path in state["paths"]:
+                a = path["from"]
+                circuit = self.circuit_at.get(f"{mesh}:{a}", "") if a in intended else Text(
+                    "not intended (drift)", style="yellow")
+                rows.append((mesh, a, path["to"], circuit, path["elements"]))
         table = self.query_one("#paths", DataTable)
         table.display = bool(self.mesh_paths)
         if rows == self.drawn_paths:
