@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from textual.widgets import DataTable, Input, Label, TabbedContent
+from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
 
 from labd.drill import emulated_rig
 from labd.labfile import load_lab
@@ -85,7 +85,8 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
             await pilot.press("4")
             assert reconf.row_count == 1
             latency = app.query_one("#latency", DataTable)
-            assert latency.get_row("ocs1")[1] == "1"  # one reconfiguration of ocs1 so far
+            assert latency.get_row("ocs1:device")[2] == "1"  # one reconfiguration so far
+            assert float(str(latency.get_row("ocs1:device")[3])) >= 2  # the 2 ms model
             await pilot.press("1")
 
             # A raw pair on the mesh: its routed path is drawn element by element.
@@ -229,6 +230,16 @@ async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
                              ("5", "events"), ("1", "ports")):
                 await pilot.press(key)
                 assert tabs.active == tab
+            # The command palette offers labd's actions and tabs.
+            await pilot.press("ctrl+p", *"Show events")
+            results = app.screen.query_one(OptionList)
+            async with asyncio.timeout(10):  # the palette searches in a worker of its own
+                while not any("Show events" in str(results.get_option_at_index(i).prompt)
+                              for i in range(results.option_count)):
+                    await pilot.pause()
+            await pilot.press("enter")
+            await pilot.pause()
+            assert tabs.active == "events"
 
 
 def test_sparkline_and_quantiles() -> None:

@@ -14,14 +14,15 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import (
     DataTable,
     Footer,
@@ -36,12 +37,14 @@ from textual.widgets import (
 from textual.worker import WorkerCancelled, WorkerFailed
 
 from labd.campaign import (
+    SPANS,
     CampaignError,
     ReconfigPlan,
     batch_sizes,
     free_ports,
     planned,
     run_reconfig,
+    span_ms,
     summary,
 )
 from labd.client import DaemonClient, DaemonError
@@ -146,11 +149,12 @@ HELP = {
                 "light verified → links up → job restarted → collectives ready → first step. "
                 "d runs a failover drill: a member's GPU fails, the daemon swaps a spare in, "
                 "then the member is repaired and returned to the spares.",
-    "reconfigurations": "Per switch: the device time's p50/p99 (dispatched → acknowledged), "
-                        "the light p50 (dispatched → light verified) and the last 60 as a "
-                        "sparkline. Below, recent reconfigurations: cause, outcome, pairs "
-                        "and phases. m starts a latency measurement (toggle, random, "
-                        "permutation or sweep) on a switch's free ports.",
+    "reconfigurations": "Per switch and phase: device (dispatched → acknowledged), light "
+                        "(dispatched → light verified), software (requested → dispatched) "
+                        "and total: n, p50, p99, max and the last 60 as a sparkline. Below, "
+                        "recent reconfigurations: cause, outcome, pairs and phases. m starts "
+                        "a latency measurement (toggle, random, permutation or sweep) on a "
+                        "switch's free ports.",
     "events": "Everything the daemon reports, newest last; / filters by kind or content.",
 }
 KEYS = ("1-5 tabs · / filter · c circuit · p raw pair · x break · m measure · d drill · "
@@ -246,8 +250,8 @@ class LabApp(App[None]):
         self.render_ms: list[float] = []
         """How long each port-map update took (scripts/bench_tui.py reads it)."""
         self.jobs: list[dict[str, Any]] = []
-        self.device_ms: dict[str, list[float]] = {}
-        self.light_ms: dict[str, list[float]] = {}
+        self.phase_ms: dict[tuple[str, str], list[float]] = {}
+        """(switch, span) → the last 500 reconfigurations' times (labd.campaign.SPANS)."""
         self.circuit_at: dict[str, str] = {}
         """``switch:port`` → the end-to-end circuit through it, "h0.nic0 → h1.nic0"."""
         self.mesh_paths: dict[str, dict[str, Any]] = {}
@@ -304,7 +308,7 @@ class LabApp(App[None]):
             "host", "status", "GPUs", "NIC links", "jobs (rank) / spare")
         self.query_one("#timeline", DataTable).add_columns("stage", "ms after failure")
         self.query_one("#latency", DataTable).add_columns(
-            "switch", "n", "device p50", "device p99", "light p50", "device ms, last 60")
+            "switch", "phase", "n", "p50 ms", "p99 ms", "max ms", "last 60")
         self.query_one("#reconf", DataTable).add_columns(
             "id", "switch", "cause", "outcome", "pairs", "device ms", "light ms", "total ms")
         portmap.focus()  # keys act on the map, not the filter
@@ -369,8 +373,7 @@ class LabApp(App[None]):
         self.failover = latest[0] if latest else None
         rows = await self.client.get("/v1/reconfigurations", limit=100)
         self.recent.clear()
-        self.device_ms.clear()
-        self.light_ms.clear()
+        self.phase_ms.clear()
         for row in reversed(rows):
             self._add_reconfiguration(row)
         self._render_reconfigurations()
@@ -553,14 +556,12 @@ class LabApp(App[None]):
             table.add_row(stage, "…" if value is None else f"{value:.2f}", key=stage)
 
     def _add_reconfiguration(self, row: dict[str, Any]) -> None:
-        phases = row.get("phases") or {}
         switch = str(row.get("switch"))
-        for series, (a, b) in ((self.device_ms, ("dispatched", "acknowledged")),
-                               (self.light_ms, ("dispatched", "light"))):
-            start, end = phases.get(a), phases.get(b)
-            if start is not None and end is not None:
-                kept = series.setdefault(switch, [])
-                kept.append((end - start) / 1e6)
+        for name, start, end in SPANS:
+            value = span_ms(row, start, end)
+            if value is not None:
+                kept = self.phase_ms.setdefault((switch, name), [])
+                kept.append(value)
                 del kept[:-500]
         self.recent.append(row)
 
@@ -592,15 +593,33 @@ class LabApp(App[None]):
         self._render_latency()
 
     def _render_latency(self) -> None:
-        """Per switch: the device time's distribution and its recent course."""
+        """Per switch and phase: the distribution of the last 500 and the last 60's course."""
         table = self.query_one("#latency", DataTable)
         table.clear()
-        for switch, device in sorted(self.device_ms.items()):
-            light = self.light_ms.get(switch, [])
-            table.add_row(switch, str(len(device)), f"{quantile(device, 0.5):.2f}",
-                          f"{quantile(device, 0.99):.2f}",
-                          f"{quantile(light, 0.5):.2f}" if light else "-",
-                          Text(sparkline(device[-60:]), style="cyan"), key=switch)
+        order = {name: i for i, (name, _, _) in enumerate(SPANS)}
+        for (switch, name), values in sorted(self.phase_ms.items(),
+                                             key=lambda i: (i[0][0], order[i[0][1]])):
+            table.add_row(switch, name, str(len(values)), f"{quantile(values, 0.5):.2f}",
+                          f"{quantile(values, 0.99):.2f}", f"{max(values):.2f}",
+                          Text(sparkline(values[-60:]), style="cyan"), key=f"{switch}:{name}")
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The command palette (ctrl+p): labd's actions and tabs beside Textual's own."""
+        yield from super().get_system_commands(screen)
+        for title, what, action in (
+                ("Make a circuit", "between two endpoints, on every switch it crosses",
+                 self.action_circuit),
+                ("Connect a raw pair", "two ports of one switch", self.action_pair),
+                ("Break", "the circuit or raw pair through the port under the cursor",
+                 self.action_break),
+                ("Measure reconfiguration latency", "toggle, random, permutation or sweep "
+                 "on a switch's free ports", self.action_measure),
+                ("Run a failover drill", "fail a member GPU; watch the recovery",
+                 self.action_drill),
+                ("Resync", "from a fresh snapshot", self.action_resync)):
+            yield SystemCommand(title, what, action)
+        for tab in self.TAB_FOCUS:
+            yield SystemCommand(f"Show {tab}", f"the {tab} tab", partial(self.action_goto, tab))
 
     # -- navigation ------------------------------------------------------------------------
     #: The widget that takes the keys on each tab.
@@ -808,11 +827,9 @@ class LabApp(App[None]):
 def reconfiguration_cells(row: dict[str, Any]) -> tuple[str | Text, ...]:
     """A reconfiguration as the table shows it: id, switch, cause, outcome, pairs, and its
     device, light and total times in ms."""
-    phases = row.get("phases") or {}
-
     def span(a: str, b: str) -> str:
-        start, end = phases.get(a), phases.get(b)
-        return "-" if start is None or end is None else f"{(end - start) / 1e6:.2f}"
+        value = span_ms(row, a, b)
+        return "-" if value is None else f"{value:.2f}"
 
     outcome = str(row.get("outcome"))
     pairs = len(row.get("connected", [])) + len(row.get("disconnected", []))
