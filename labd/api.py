@@ -21,6 +21,7 @@ from instruments.errors import InstrumentError, NotSupported
 from labd import __version__
 from labd.engine import RequestError
 from labd.jobs import since_failure_ms
+from labd.labfile import file_sha256
 from labd.stats import percentile
 from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
 from labd.wiring import CircuitRoute, circuits
@@ -125,9 +126,12 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def _instrument_error(request: Request, exc: InstrumentError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=502)
 
+    lab_sha256 = file_sha256(daemon.lab.source)
+
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
-        return {"lab": daemon.lab.lab.name, "version": __version__, "seq": daemon.hub.last_seq}
+        return {"lab": daemon.lab.lab.name, "version": __version__, "seq": daemon.hub.last_seq,
+                "lab_sha256": lab_sha256}
 
     @app.get("/v1/instruments")
     async def instruments() -> list[dict[str, Any]]:

