@@ -611,7 +611,8 @@ def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
             table.add_row(measured.name, measured.kind, measured.status,
                           f"{count}/{measured.planned}", measured.lab_name,
                           measured.started.strftime("%Y-%m-%d %H:%M:%S"),
-                          json.dumps(measured.params)[:60])
+                          ", ".join(f"{k}={v}" for k, v in measured.params.items()
+                                    if v is not None and k != "timing"))
     finally:
         store.close()
     console.print(table)

@@ -106,8 +106,9 @@ class RunStore:
     def all(self) -> list[tuple[Run, int]]:
         """Every run, newest first, with how many rows it holds."""
         with Session(self.engine, expire_on_commit=False) as session:
-            counts = dict(session.execute(
-                select(RunRow.run_id, func.count()).group_by(RunRow.run_id)).tuples())
+            counts: dict[int, int] = {
+                run_id: n for run_id, n in session.execute(
+                    select(RunRow.run_id, func.count()).group_by(RunRow.run_id))}
             return [(run, counts.get(run.id, 0))
                     for run in session.scalars(select(Run).order_by(Run.id.desc()))]
 
