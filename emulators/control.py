@@ -189,7 +189,9 @@ class ControlServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> str:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, or asyncio leaves Nagle on for accepted connections (a reply
+        # written in two parts would then wait 40 ms for a delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         host, port = sock.getsockname()[:2]

@@ -10,7 +10,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -495,89 +495,81 @@ def measure_reconfig(
     """Time reconfigurations through the daemon on its switches' free ports and keep them
     as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
     Ctrl-C keeps what was measured (--resume NAME goes on)."""
-    from labd.backdoor import BackdoorError
     from labd.daemon import find_token
     from labd.measure import (
-        default_name,
+        apply_timing,
+        finishing,
         model_check,
+        new_run,
         open_target,
         params_of,
         plan_campaign,
         plans_from,
+        resume_run,
         run_campaign,
         summary_table,
     )
-    from labd.runs import RunStore
 
     if switch_ms is not None and lab is None:
         raise _fail("--switch-ms sets the emulators' timing model: it needs --lab")
-    if switch_ms is not None and (switch_ms < 0 or jitter_ms < 0 or jitter_ms > switch_ms):
-        raise _fail("--switch-ms and --jitter-ms: need 0 ≤ jitter ≤ switch time")
-    store = RunStore(runs)
-    state: dict[str, Any] = {}
+    timing = _timing(switch_ms, jitter_ms)
 
-    async def body() -> None:
+    async def body(store: Any, state: dict[str, Any]) -> None:
         async with open_target(lab=lab, url=url, token=find_token(token)) as target:
             if resume is not None:
-                measured = store.get(resume)
-                if measured.kind != "reconfig":
-                    raise LabdError(f"run {resume!r} is a {measured.kind} run")
-                if measured.status == "complete":
-                    raise LabdError(f"run {resume!r} is complete; nothing to resume")
-                if measured.lab_sha256 and measured.lab_sha256 != target.lab_sha256:
-                    console.print(f"[yellow]the lab file differs from run {resume}'s[/]")
-                plans, done = plans_from(measured.params), store.rows(measured)
-                timing = measured.params.get("timing")
-                store.reopen(measured)
+                measured, done = resume_run(store, resume, "reconfig", target, console)
+                plans, wanted = plans_from(measured.params), measured.params.get("timing")
             else:
                 plans, planned = await plan_campaign(
                     target, switch, pattern, rounds, k, light,
                     seed if seed is not None else random.randrange(1 << 30))
-                timing = None if switch_ms is None else {"switch_time_ms": switch_ms,
-                                                         "jitter_ms": jitter_ms}
-                measured = store.create(
-                    name=name or default_name("reconfig"), kind="reconfig",
-                    params={**params_of(plans), "timing": timing}, labd_version=__version__,
-                    target=target.where, lab_name=target.lab_name,
-                    lab_sha256=target.lab_sha256, planned=planned)
-                done = []
+                measured, done, wanted = new_run(
+                    store, name=name, kind="reconfig", target=target, planned=planned,
+                    params={**params_of(plans), "timing": timing}), [], timing
             state["run"] = measured
-            if timing is not None and target.backdoor is not None:
-                timing["switches"] = []
-                for plan in plans:
-                    try:
-                        await target.backdoor.set_timing(plan.switch, **{
-                            k: v for k, v in timing.items() if k != "switches"})
-                        timing["switches"].append(plan.switch)
-                    except BackdoorError as exc:  # a mesh's time is its heaters' settling
-                        console.print(f"  {plan.switch}: measured as it is ({exc})")
+            await apply_timing(target, [p.switch for p in plans], wanted, console)
             console.print(f"[bold]labd measure reconfig[/]: run [cyan]{measured.name}[/] on "
                           f"{target.where} ({target.lab_name}): {measured.planned} "
                           f"reconfigurations, {len(done)} already measured")
-            try:
+            async with finishing(store, measured):
                 rows = await run_campaign(target, plans, store, measured, console, done)
-            except asyncio.CancelledError:
-                store.finish(measured, "interrupted")
-                raise
-            except (LabdError, InstrumentError) as exc:
-                store.finish(measured, "failed", str(exc))
-                raise
-            store.finish(measured, "complete")
         console.print(summary_table(measured, rows))
-        if timing is not None:
-            console.print(model_check(rows, timing))
+        if wanted is not None:
+            console.print(model_check(rows, wanted))
         _outputs(measured, rows, csv_path, parquet, plots)
 
+    _kept_run(runs, body, spawns=lab is not None, command="reconfig")
+
+
+def _timing(switch_ms: float | None, jitter_ms: float) -> dict[str, Any] | None:
+    if switch_ms is None:
+        return None
+    if switch_ms < 0 or jitter_ms < 0 or jitter_ms > switch_ms:
+        raise _fail("--switch-ms and --jitter-ms: need 0 ≤ jitter ≤ switch time")
+    return {"switch_time_ms": switch_ms, "jitter_ms": jitter_ms}
+
+
+def _kept_run(runs: str, body: Callable[[Any, dict[str, Any]], Coroutine[Any, Any, None]], *,
+              spawns: bool, command: str) -> None:
+    """Run a measurement kept as a run; Ctrl-C keeps what was measured and says how to go
+    on; a user's mistake is a message."""
+    from labd.runs import RunStore
+
     try:
-        run(body(), spawns=lab is not None)
+        store = RunStore(runs)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    state: dict[str, Any] = {}
+    try:
+        run(body(store, state), spawns=spawns)
     except KeyboardInterrupt:
         measured = state.get("run")
         if measured is None:
             raise _fail("interrupted before anything was measured", 130) from None
         kept = len(store.rows(measured))
-        console.print(f"[yellow]interrupted[/]: {kept} of {measured.planned} reconfigurations "
-                      f"kept in run {measured.name}; labd measure reconfig --resume "
-                      f"{measured.name} goes on")
+        console.print(f"[yellow]interrupted[/]: {kept} of {measured.planned} rows kept in run "
+                      f"{measured.name}; labd measure {command} --resume {measured.name} "
+                      "goes on")
         raise typer.Exit(130) from None
     except (LabdError, InstrumentError) as exc:
         raise _fail(str(exc)) from None
@@ -585,14 +577,154 @@ def measure_reconfig(
         store.close()
 
 
+@measure.command("schedule")
+def measure_schedule(
+    schedule: Annotated[str, typer.Argument(
+        help="Schedule file (TOML), or the name of a packaged one (e.g. 3d-small).")],
+    url: Annotated[str, typer.Option(help="The daemon to replay on.")]
+    = "http://127.0.0.1:8470",
+    lab: Annotated[str | None, typer.Option(
+        help="Replay on this lab (path or packaged name) in emulation instead.")] = None,
+    iterations: Annotated[int, typer.Option(help="Iterations to replay per mode.")] = 3,
+    mode: Annotated[str, typer.Option(
+        help="on-demand (reconfigure when a phase is due), speculative (as soon as the "
+             "previous phase's traffic ends) or both.")] = "both",
+    switch_ms: Annotated[float | None, typer.Option(
+        help="With --lab: set the emulated switches' time (ms) first.")] = None,
+    jitter_ms: Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
+    = 0.0,
+    name: Annotated[str | None, typer.Option(help="Name of the run.")] = None,
+    resume: Annotated[str | None, typer.Option(help="Go on with an interrupted run.")] = None,
+    runs: RunsOption = "labd-runs.sqlite",
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the windows here.")]
+    = None,
+    parquet: Annotated[Path | None, typer.Option(help="Write the windows here (Parquet).")]
+    = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
+    = None,
+    token: Annotated[str | None, typer.Option(help="Token for the daemon's changes.")] = None,
+) -> None:
+    """Replay a parallelism schedule: reconfigure the switches for each phase, on demand or
+    speculatively, and report for each idle window whether the reconfiguration was hidden,
+    how far it overran, and the time added per iteration. Kept as a run."""
+    from labd.daemon import find_token
+    from labd.measure import apply_timing, finishing, new_run, open_target, resume_run
+    from labd.schedule import check_switches, load_schedule
+
+    modes = {"both": ["on demand", "speculative"], "on-demand": ["on demand"],
+             "speculative": ["speculative"]}.get(mode)
+    if modes is None:
+        raise _fail(f"--mode {mode!r}: expected on-demand, speculative or both")
+    if iterations < 1:
+        raise _fail(f"--iterations {iterations}: need at least 1")
+    if switch_ms is not None and lab is None:
+        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab")
+    timing = _timing(switch_ms, jitter_ms)
+
+    async def body(store: Any, state: dict[str, Any]) -> None:
+        async with open_target(lab=lab, url=url, token=find_token(token)) as target:
+            if resume is not None:
+                measured, done = resume_run(store, resume, "schedule", target, console)
+                params = measured.params
+                plan = load_schedule(params["file"])
+            else:
+                plan = load_schedule(schedule)
+                await check_switches(target.client, plan)
+                params = {"file": schedule, "schedule": plan.name, "iterations": iterations,
+                          "modes": modes, "timing": timing}
+                measured, done = new_run(store, name=name, kind="schedule", target=target,
+                                         params=params, planned=iterations * len(modes)
+                                         * len(plan.phase)), []
+            state["run"] = measured
+            await apply_timing(target, plan.switches(), params.get("timing"), console)
+            console.print(f"[bold]labd measure schedule[/]: run [cyan]{measured.name}[/]: "
+                          f"{plan.name} ({len(plan.phase)} phases, {plan.iteration_ms} ms "
+                          f"per iteration) on {target.where}, {params['iterations']} "
+                          f"iteration(s) {' then '.join(params['modes'])}")
+            async with finishing(store, measured):
+                rows = await _replay_modes(target, plan, params, store, measured, done)
+        _schedule_report(measured, rows)
+        _outputs(measured, rows, csv_path, parquet, plots)
+
+    _kept_run(runs, body, spawns=lab is not None, command="schedule")
+
+
+async def _replay_modes(target: Any, plan: Any, params: dict[str, Any], store: Any,
+                        measured: Any, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from labd.measure import keep, progress_bar
+    from labd.schedule import replay
+
+    rows = list(done)
+    with progress_bar(console) as progress:
+        task = progress.add_task(plan.name, total=measured.planned, completed=len(rows))
+        for mode in params["modes"]:
+            progress.update(task, description=f"{plan.name} {mode}")
+            skip = sum(1 for r in rows if r["mode"] == mode)
+            await keep(store, measured, rows, replay(
+                target.client, plan, iterations=params["iterations"],
+                speculative=mode == "speculative", skip=skip), progress, task)
+    return rows
+
+
+def _schedule_report(measured: Any, rows: list[dict[str, Any]]) -> None:
+    from labd.schedule import schedule_summary
+
+    table = Table(title=f"run {measured.name}: {measured.params['schedule']}, windows that "
+                        "needed a reconfiguration; ms")
+    for column in ("mode", "iterations", "windows", "hidden", "idle window p50",
+                   "reconfig p50", "overrun p50", "overrun p99", "added per iteration"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for s in schedule_summary(rows):
+        table.add_row(s["mode"], str(s["iterations"]), str(s["windows"]),
+                      f"{s['hidden'] * 100:.0f} %", f"{s['window_p50']:.3f}",
+                      f"{s['reconfig_p50']:.3f}", f"{s['overrun_p50']:.3f}",
+                      f"{s['overrun_p99']:.3f}", f"{s['added_per_iteration']:.2f}")
+    console.print(table)
+
+
+@measure.command("make-schedule")
+def make_schedule(
+    out: Annotated[Path, typer.Argument(help="The schedule file to write (TOML).")],
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 2,
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 2,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel shards.")] = 2,
+    microbatches: Annotated[int, typer.Option(help="Microbatches per iteration.")] = 4,
+    layers: Annotated[int, typer.Option(help="Layers per pipeline stage.")] = 2,
+    switch: Annotated[str, typer.Option(help="The switch the GPUs are cabled to.")] = "ocs1",
+    ports: Annotated[int, typer.Option(
+        help="Ingress ports of that switch (GPU g on ingress g+1, egress ports+g+1).")] = 16,
+    compute_ms: Annotated[float, typer.Option(help="Compute between phases (idle "
+                                                   "network).")] = 2.0,
+    tp_ms: Annotated[float, typer.Option(help="A tensor-parallel all-reduce.")] = 1.0,
+    pp_ms: Annotated[float, typer.Option(help="A pipeline send.")] = 2.0,
+    dp_ms: Annotated[float, typer.Option(help="The gradient all-reduce.")] = 10.0,
+) -> None:
+    """Write a synthetic 3D-parallel schedule (PP x DP x TP GPUs on one switch) for
+    labd measure schedule."""
+    from labd.schedule import idle_gaps, synthetic, to_toml
+
+    try:
+        made = synthetic(pp=pp, dp=dp, tp=tp, microbatches=microbatches, layers=layers,
+                         ingress=ports, switch=switch, compute_ms=compute_ms, tp_ms=tp_ms,
+                         pp_ms=pp_ms, dp_ms=dp_ms)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    out.write_text(to_toml(made), encoding="utf-8")
+    gaps = idle_gaps(made)
+    console.print(f"wrote {out}: {made.name}, {len(made.phase)} phases, "
+                  f"{made.iteration_ms} ms per iteration, idle windows "
+                  f"{min(gaps):g}-{max(gaps):g} ms")
+
+
 def _outputs(measured: Any, rows: list[dict[str, Any]], csv_path: Path | None,
              parquet: Path | None, plots: Path | None) -> None:
     from labd.measure import export
-    from labd.plots import reconfig_plots
+    from labd.plots import reconfig_plots, schedule_plots
 
     written = export(measured, rows, csv_path=csv_path, parquet_path=parquet)
     if plots is not None:
-        written += [str(p) for p in reconfig_plots(measured.name, rows, plots)]
+        draw = schedule_plots if measured.kind == "schedule" else reconfig_plots
+        written += [str(p) for p in draw(measured.name, rows, plots)]
     for path in written:
         console.print(f"  wrote {path}")
 
@@ -640,9 +772,12 @@ def measure_show(
         console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
                       f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
                       f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
-        console.print(summary_table(measured, rows))
+        if measured.kind == "schedule":
+            _schedule_report(measured, rows)
+        else:
+            console.print(summary_table(measured, rows))
         timing = measured.params.get("timing")
-        if timing:
+        if timing and measured.kind == "reconfig":
             console.print(model_check(rows, timing))
         _outputs(measured, rows, csv_path, parquet, plots)
     except LabdError as exc:
@@ -658,7 +793,7 @@ def measure_compare(
     runs: RunsOption = "labd-runs.sqlite",
 ) -> None:
     """Two runs side by side: every figure's p50 and p99 and how much it changed."""
-    from labd.measure import compare_table
+    from labd.measure import compare_schedules, compare_table
     from labd.runs import RunStore
 
     store = RunStore(runs)
@@ -666,7 +801,8 @@ def measure_compare(
         a, b = store.get(first), store.get(second)
         if a.kind != b.kind:
             raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
-        console.print(compare_table(a, store.rows(a), b, store.rows(b)))
+        compare = compare_schedules if a.kind == "schedule" else compare_table
+        console.print(compare(a, store.rows(a), b, store.rows(b)))
     except LabdError as exc:
         raise _fail(str(exc)) from None
     finally:

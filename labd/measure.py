@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from labd.backdoor import Backdoor
+from instruments.errors import InstrumentError
+from labd import __version__
+from labd.backdoor import Backdoor, BackdoorError
 from labd.campaign import SPANS, ReconfigPlan, batch_sizes, free_ports, run_reconfig, span_ms
 from labd.client import DaemonClient
 from labd.errors import LabdError
@@ -129,6 +132,25 @@ async def switches_of(client: DaemonClient) -> list[str]:
     return [i["id"] for i in instruments if i.get("kind", "switch") == "switch"]
 
 
+def progress_bar(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+async def keep(store: RunStore, run: Run, rows: list[dict[str, Any]],
+               source: AsyncIterator[dict[str, Any]], progress: Progress, task: Any,
+               then: Callable[[dict[str, Any]], Any] | None = None) -> None:
+    """Measure from ``source``, committing each row to the run as it comes (after
+    ``then(row)`` adds what it adds)."""
+    async with aclosing(source) as measuring:  # type: ignore[type-var]
+        async for row in measuring:
+            if then is not None:
+                await then(row)
+            await asyncio.to_thread(store.add, run, row)
+            rows.append(row)
+            progress.advance(task)
+
+
 async def run_campaign(target: Target, plans: list[ReconfigPlan], store: RunStore, run: Run,
                        console: Console, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Measure what ``plans`` ask for beyond the rows already ``done`` (a resumed run),
@@ -136,24 +158,23 @@ async def run_campaign(target: Target, plans: list[ReconfigPlan], store: RunStor
     rows = list(done)
     per_switch = Counter(r["switch"] for r in rows)
     seen: dict[str, int] = {}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    backdoor = target.backdoor
+    truth_of = None if backdoor is None else partial(attach_truth, backdoor, seen=seen)
+    with progress_bar(console) as progress:
         task = progress.add_task(f"run {run.name}", total=run.planned, completed=len(rows))
         for plan in plans:
             if target.backdoor is not None:  # only the changes from here on
                 truth = await target.backdoor.truth(plan.switch)
                 seen[plan.switch] = truth["changes"][-1]["seq"] if truth["changes"] else 0
             progress.update(task, description=f"{plan.switch} {plan.pattern}")
-            async with aclosing(run_reconfig(target.client, plan,
-                                             skip=per_switch[plan.switch])) as campaign:
-                async for answer in campaign:
-                    row = slim(answer)
-                    if target.backdoor is not None:
-                        await attach_truth(target.backdoor, row, seen)
-                    await asyncio.to_thread(store.add, run, row)
-                    rows.append(row)
-                    progress.advance(task)
+
+            async def slimmed(plan: ReconfigPlan = plan) -> AsyncIterator[dict[str, Any]]:
+                async with aclosing(run_reconfig(target.client, plan,
+                                                 skip=per_switch[plan.switch])) as answers:
+                    async for answer in answers:
+                        yield slim(answer)
+
+            await keep(store, run, rows, slimmed(), progress, task, truth_of)
     return rows
 
 
@@ -236,6 +257,26 @@ def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run,
     return table
 
 
+def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
+                      rows_b: list[dict[str, Any]]) -> Table:
+    """Two schedule replays side by side, mode by mode."""
+    from labd.schedule import schedule_summary
+
+    table = Table(title=f"{a.name} → {b.name} (ms; change = second - first)")
+    figures = (("hidden", "hidden share"), ("overrun_p50", "overrun p50"),
+               ("overrun_p99", "overrun p99"), ("added_per_iteration", "added per iteration"))
+    for column in ("mode", "figure", a.name, b.name, "change"):
+        table.add_column(column, justify="left" if column in ("mode", "figure") else "right")
+    first = {s["mode"]: s for s in schedule_summary(rows_a)}
+    second = {s["mode"]: s for s in schedule_summary(rows_b)}
+    for mode in sorted(set(first) | set(second)):
+        for key, label in figures:
+            x = first.get(mode, {}).get(key, math.nan)
+            y = second.get(mode, {}).get(key, math.nan)
+            table.add_row(mode, label, f"{x:.3f}", f"{y:.3f}", f"{y - x:+.3f}")
+    return table
+
+
 def flat(run: Run, row: dict[str, Any]) -> dict[str, Any]:
     """One row for a CSV or Parquet file: phases in ns, figures in ms."""
     values = row_values(row)
@@ -250,8 +291,11 @@ def flat(run: Run, row: dict[str, Any]) -> dict[str, Any]:
 
 def export(run: Run, rows: list[dict[str, Any]], *, csv_path: Path | None,
            parquet_path: Path | None) -> list[str]:
-    """Write the raw rows; returns what was written."""
-    table = [flat(run, r) for r in rows]
+    """Write the raw rows (one flat row each: reconfigurations with phases in ns and
+    figures in ms; schedule windows as they are); returns what was written."""
+    table = [flat(run, r) if run.kind == "reconfig" else {
+        "run": run.name, **{k: ",".join(v) if isinstance(v, list) else v for k, v in r.items()}}
+        for r in rows]
     written = []
     if csv_path is not None:
         with csv_path.open("w", newline="", encoding="utf-8") as out:
@@ -288,4 +332,54 @@ def plans_from(params: dict[str, Any]) -> list[ReconfigPlan]:
             for i, s in enumerate(params["switches"])]
 
 
-Reporter = Callable[[Run, list[dict[str, Any]]], None]
+def new_run(store: RunStore, *, name: str | None, kind: str, params: dict[str, Any],
+            target: Target, planned: int) -> Run:
+    return store.create(name=name or default_name(kind), kind=kind, params=params,
+                        labd_version=__version__, target=target.where,
+                        lab_name=target.lab_name, lab_sha256=target.lab_sha256,
+                        planned=planned)
+
+
+def resume_run(store: RunStore, name: str, kind: str, target: Target, console: Console
+               ) -> tuple[Run, list[dict[str, Any]]]:
+    """An interrupted run to go on with, and the rows it holds."""
+    measured = store.get(name)
+    if measured.kind != kind:
+        raise LabdError(f"run {name!r} is a {measured.kind} run, not a {kind} run")
+    if measured.status == "complete":
+        raise LabdError(f"run {name!r} is complete; nothing to resume")
+    if measured.lab_sha256 and measured.lab_sha256 != target.lab_sha256:
+        console.print(f"[yellow]the lab file differs from the one run {name} began on[/]")
+    store.reopen(measured)
+    return measured, store.rows(measured)
+
+
+@contextlib.asynccontextmanager
+async def finishing(store: RunStore, run: Run) -> AsyncIterator[None]:
+    """The run's status after the work inside: complete, interrupted (Ctrl-C; what was
+    measured is kept) or failed (with why)."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        store.finish(run, "interrupted")
+        raise
+    except (LabdError, InstrumentError) as exc:
+        store.finish(run, "failed", str(exc))
+        raise
+    store.finish(run, "complete")
+
+
+async def apply_timing(target: Target, switches: list[str], timing: dict[str, Any] | None,
+                       console: Console) -> None:
+    """Set the emulated switches' timing model (lab mode); ``timing["switches"]`` says
+    which took it (a mesh's time is its heaters' settling, not a setting)."""
+    if timing is None or target.backdoor is None:
+        return
+    timing["switches"] = []
+    model = {k: v for k, v in timing.items() if k != "switches"}
+    for switch in switches:
+        try:
+            await target.backdoor.set_timing(switch, **model)
+            timing["switches"].append(switch)
+        except BackdoorError as exc:
+            console.print(f"  {switch}: measured as it is ({exc})")

@@ -76,3 +76,34 @@ def reconfig_plots(name: str, rows: list[dict[str, Any]], folder: Path) -> list[
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
     return written
+
+
+def schedule_plots(name: str, rows: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """``<name>-windows.png``: each window that needed a reconfiguration, its idle time
+    against the reconfiguration's; below the diagonal, hidden (when started at the
+    window's beginning)."""
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    top = 0.0
+    for mode, marker in (("on demand", "x"), ("speculative", "o")):
+        mine = [r for r in rows if r["mode"] == mode and r["changed"]]
+        if not mine:
+            continue
+        gaps = [r["gap_ms"] for r in mine]
+        took = [r["reconfig_ms"] for r in mine]
+        top = max(top, *gaps, *took)
+        hidden = sum(1 for r in mine if r["hidden"]) / len(mine) * 100
+        ax.scatter(gaps, took, marker=marker, alpha=0.6,
+                   label=f"{mode}: {hidden:.0f} % hidden")
+    ax.plot([0, top], [0, top], color="grey", linestyle=":", label="window = reconfiguration")
+    ax.set_xlabel("idle window before the phase (schedule), ms")
+    ax.set_ylabel("reconfiguration, request → answer, ms")
+    ax.set_title(f"{name}: schedule windows against reconfiguration time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = folder / f"{name}-windows.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -395,3 +395,19 @@ async def test_a_failed_request_is_recorded_and_the_state_reported(running: Runn
         assert daemon.engine.intended["ocs1"] == {1: 9}
         rows = (await http.get("/v1/reconfigurations", params={"switch": "ocs1"})).json()
         assert [r["outcome"] for r in rows] == ["failed", "ok"]
+
+
+async def test_api_connections_send_small_writes_at_once(running: Running) -> None:
+    """Nagle off on every API connection: a response written in two parts must not wait
+    for the client's delayed ACK (asyncio's standard loop sets TCP_NODELAY only when the
+    listening socket names IPPROTO_TCP)."""
+    import socket
+
+    daemon, _ = running
+    async with httpx.AsyncClient(base_url=daemon.url) as http:
+        assert (await http.get("/v1/health")).status_code == 200
+        server = daemon._server
+        assert server is not None
+        (connection,) = server.server_state.connections
+        sock = connection.transport.get_extra_info("socket")  # type: ignore[attr-defined]
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1

@@ -75,7 +75,7 @@ async def test_ctrl_c_keeps_what_was_measured_and_resume_goes_on(tmp_path: Path)
     kept = len(store.rows(interrupted))
     store.close()
     assert interrupted.status == "interrupted" and 6 <= kept < 60
-    assert f"{kept} of 60 reconfigurations kept in run r1" in " ".join(out.decode().split())
+    assert f"{kept} of 60 rows kept in run r1" in " ".join(out.decode().split())
 
     code, out, err = await run("measure", "reconfig", "--lab", str(lab), "--resume", "r1",
                                "--runs", str(runs), timeout=120)
