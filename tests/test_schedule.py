@@ -70,7 +70,7 @@ def test_bad_schedule_files_name_the_file_and_the_field(tmp_path: Path) -> None:
         with pytest.raises(ScheduleError, match=words) as caught:
             load_schedule(path)
         assert str(path) in str(caught.value)
-    with pytest.raises(ScheduleError, match="packaged: .*3d-small"):
+    with pytest.raises(ScheduleError, match=r"packaged: .*3d-small"):
         load_schedule("no-such-schedule")
 
 
@@ -101,7 +101,7 @@ async def test_a_replay_reconfigures_at_phase_changes_and_clears_after(tmp_path:
             # A resumed replay measures only the phases it lacks.
             rest = [r async for r in replay(client, plan, iterations=2, speculative=False,
                                             skip=len(plan.phase) + 2)]
-            assert [(r["iteration"], r["phase"]) for r in rest][0] == (1, 2)
+            assert (rest[0]["iteration"], rest[0]["phase"]) == (1, 2)
             assert len(rest) == len(plan.phase) - 2 and rest[0]["mode"] == "on demand"
             # A switch holding circuits of its own is not taken over.
             await rig.daemon.engine.reconfigure("ocs1", connect=[(3, 12)])
