@@ -418,36 +418,73 @@ def measure_failover(
     seed: Annotated[int | None, typer.Option(help="Seed for the choice of victims.")] = None,
     db: Annotated[str | None, typer.Option(help="Keep the timelines in this store "
                                                 "(default: a temporary one).")] = None,
+    name: Annotated[str | None, typer.Option(help="Name of the run (default: "
+                                                  "failover-<UTC time>).")] = None,
+    resume: Annotated[str | None, typer.Option(
+        help="Go on with an interrupted run (its drills that are left).")] = None,
+    runs: Annotated[str, typer.Option("--runs", help="Where runs are kept: a SQLite file, "
+                                                     "or a PostgreSQL URL.")]
+    = "labd-runs.sqlite",
+    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the drills here.")]
+    = None,
+    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
+    = None,
 ) -> None:
     """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
-    daemon swap in a spare and restart the job, and print each stage's p50/p99."""
+    daemon swap in a spare and restart the job, and print each stage's p50/p99. Kept as a
+    run (Ctrl-C keeps the drills done; --resume NAME goes on)."""
     from labd.agent.backends import SIGNALS
-    from labd.drill import broker_reachable, failover_report, local_broker
+    from labd.drill import DrillResult, broker_reachable, failover_report, local_broker
     from labd.drill import measure_failover as drills
+    from labd.labfile import file_sha256
+    from labd.measure import Measured, finishing, new_run, resume_run
 
     if signal_name not in SIGNALS:
         raise _fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")
-    loaded = _load(lab)
     if mqtt is not None and (problem := broker_reachable(mqtt)) is not None:
         raise _fail(f"no MQTT broker answers at {mqtt} ({problem}); start one (e.g. "
                     "mosquitto), or leave --mqtt out to have the hosts report over HTTP")
     mqtt = mqtt or local_broker()
-    switch_ms = next((e.emulator.switch_time_ms for e in loaded.instrument
-                      if e.emulator.switch_time_ms is not None), None)
-    console.print(f"[bold]labd measure failover[/]: lab [cyan]{loaded.lab.name}[/], {n} GPU "
-                  f"failure(s) ({signal_name}) and {lost} host(s) lost; hosts report "
-                  f"{'to ' + mqtt if mqtt else 'to the daemon over HTTP (no MQTT broker)'}")
 
-    async def body() -> None:
-        results = await drills(loaded, drills=n, lost=lost, mqtt=mqtt, console=console,
-                               seed=seed, signal=signal_name, db=db, job=job)
-        for table in failover_report(results, switch_ms):
+    async def body(store: Any, state: dict[str, Any]) -> None:
+        wanted: dict[str, Any] = {"lab": lab, "n": n, "lost": lost, "job": job,
+                                  "signal": signal_name,
+                  "seed": seed if seed is not None else random.randrange(1 << 30)}
+        params = store.get(resume).params if resume is not None else wanted
+        loaded = _load(params["lab"])
+        target = Measured(loaded.lab.name, file_sha256(loaded.source),
+                          f"lab {loaded.source} (emulated)")
+        if resume is not None:
+            measured, done = resume_run(store, resume, "failover", target, console)
+        else:
+            measured, done = new_run(store, name=name, kind="failover", target=target,
+                                     params=params, planned=n + lost), []
+        state["run"] = measured
+        rows = list(done)
+        left = {k: params["n" if k == "gpu" else "lost"]
+                - sum(1 for r in done if r["kind"] == k) for k in ("gpu", "host")}
+        console.print(f"[bold]labd measure failover[/]: run [cyan]{measured.name}[/] on lab "
+                      f"[cyan]{loaded.lab.name}[/], {left['gpu']} GPU failure(s) "
+                      f"({params['signal']}) and {left['host']} host(s) lost to go; hosts "
+                      f"report {'to ' + mqtt if mqtt else 'to the daemon over HTTP'}")
+
+        async def kept(result: DrillResult) -> None:
+            rows.append(result.row())
+            await asyncio.to_thread(store.add, measured, rows[-1])
+
+        async with finishing(store, measured):
+            # A resumed run goes on with fresh choices: the seed moves on with the drills.
+            await drills(loaded, drills=left["gpu"], lost=left["host"], mqtt=mqtt,
+                         console=console, seed=params["seed"] + len(done),
+                         signal=params["signal"], db=db, job=params["job"], each=kept,
+                         done=len(done))
+        switch_ms = next((e.emulator.switch_time_ms for e in loaded.instrument
+                          if e.emulator.switch_time_ms is not None), None)
+        for table in failover_report(rows, switch_ms):
             console.print(table)
+        _outputs(measured, rows, csv_path, None, plots)
 
-    try:
-        run(body(), spawns=True)
-    except LabdError as exc:
-        raise _fail(str(exc)) from None
+    _kept_run(runs, body, spawns=True, command="failover")
 
 
 RunsOption = Annotated[str, typer.Option(
@@ -719,11 +756,12 @@ def make_schedule(
 def _outputs(measured: Any, rows: list[dict[str, Any]], csv_path: Path | None,
              parquet: Path | None, plots: Path | None) -> None:
     from labd.measure import export
-    from labd.plots import reconfig_plots, schedule_plots
+    from labd.plots import failover_plots, reconfig_plots, schedule_plots
 
     written = export(measured, rows, csv_path=csv_path, parquet_path=parquet)
     if plots is not None:
-        draw = schedule_plots if measured.kind == "schedule" else reconfig_plots
+        draw = {"schedule": schedule_plots, "failover": failover_plots}.get(
+            measured.kind, reconfig_plots)
         written += [str(p) for p in draw(measured.name, rows, plots)]
     for path in written:
         console.print(f"  wrote {path}")
@@ -762,6 +800,7 @@ def measure_show(
     = None,
 ) -> None:
     """A kept run's summary (and its rows exported, its plots drawn)."""
+    from labd.drill import failover_report
     from labd.measure import model_check, summary_table
     from labd.runs import RunStore
 
@@ -774,6 +813,9 @@ def measure_show(
                       f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
         if measured.kind == "schedule":
             _schedule_report(measured, rows)
+        elif measured.kind == "failover":
+            for table in failover_report(rows, None):
+                console.print(table)
         else:
             console.print(summary_table(measured, rows))
         timing = measured.params.get("timing")

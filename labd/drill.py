@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import random
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -142,6 +143,17 @@ class DrillResult:
         start = self.injected_ns if since == "failure" else stages.get(since)
         at = self.light_truth_ns if stage == "light_truth" else stages.get(stage)
         return None if at is None or start is None else (at - start) / 1e6
+
+    def row(self) -> dict[str, Any]:
+        """What a measurement run keeps of the drill: each stage in ms after the injected
+        failure (``light_truth``: light at every new receiver by the optical model)."""
+        plan = self.timeline.get("plan") or {}
+        return {"kind": self.kind, "member": self.member, "spare": plan.get("spare"),
+                "outcome": self.timeline["outcome"], "failover": self.timeline.get("id"),
+                "heartbeat_s": self.heartbeat_s,
+                "ms": {stage: v for stage in (*STAGES[1:], "light_truth")
+                       if (v := self.ms(stage)) is not None},
+                "report_to_light_ms": self.ms("light_truth", since="reported")}
 
 
 def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
@@ -289,7 +301,12 @@ class DrillService:
 async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None,
                            console: Console,
                            seed: int | None = None, signal: str = "xid79",
-                           db: str | None = None, job: str | None = None) -> list[DrillResult]:
+                           db: str | None = None, job: str | None = None,
+                           each: Callable[[DrillResult], Awaitable[None]] | None = None,
+                           done: int = 0) -> list[DrillResult]:
+    """``drills`` GPU failures then ``lost`` hosts lost on the lab in emulation; ``each``
+    is awaited with every result as it comes (a run keeps it); a progress bar starts at
+    ``done`` (drills a resumed run already has)."""
     if not lab.job:
         raise DrillError(f"{lab.source}: the lab has no [[job]] to drill")
     job_id = job or lab.job[0].id
@@ -314,10 +331,13 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
             results: list[DrillResult] = []
             plan = ["gpu"] * drills + ["host"] * lost
             with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("failover drills", total=len(plan))
+                task = progress.add_task("failover drills", total=len(plan) + done,
+                                         completed=done)
                 for kind in plan:
                     result = await run_drill(rig, job_id, rng, kind=kind, signal=signal)
                     results.append(result)
+                    if each is not None:
+                        await each(result)
                     await repair(rig, result, job_id)
                     await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
                                    partial(_not_running, daemon, job_id, result))
@@ -332,42 +352,40 @@ def _not_running(daemon: Daemon, job: str, last: DrillResult) -> str:
             f"{state.progress})")
 
 
-def failover_report(results: list[DrillResult], switch_ms: float | None) -> list[Table]:
+def failover_report(rows: list[dict[str, Any]], switch_ms: float | None) -> list[Table]:
+    """Each stage's p50/p99/max over the drills (rows from DrillResult.row), and the
+    targets: failure report → light on every new circuit, and lost-host detection."""
     tables = []
     for kind, title in (("gpu", "GPU failures"), ("host", "Hosts lost (no failure report)")):
-        mine = [r for r in results if r.kind == kind]
+        mine = [r for r in rows if r["kind"] == kind]
         if not mine:
             continue
-        outcomes: dict[str, int] = {}
-        for r in mine:
-            outcomes[r.timeline["outcome"]] = outcomes.get(r.timeline["outcome"], 0) + 1
+        outcomes = Counter(r["outcome"] for r in mine)
         table = Table(title=f"{title}: {len(mine)} drills "
                             f"({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}); "
                             "ms after the failure was injected")
         for column in ("stage", "n", "p50", "p99", "max"):
             table.add_column(column, justify="left" if column == "stage" else "right")
         for stage in (*STAGES[1:], "light_truth"):
-            values = [v for r in mine if (v := r.ms(stage)) is not None]
+            values = [v for r in mine if (v := r["ms"].get(stage)) is not None]
             if values:
                 label = "light at receivers (truth)" if stage == "light_truth" else stage
                 table.add_row(label, str(len(values)), f"{percentile(values, 50):.2f}",
                               f"{percentile(values, 99):.2f}", f"{max(values):.2f}")
         tables.append(table)
-    gpu = [r for r in results if r.kind == "gpu"]
     target = Table(title="Targets", show_header=True)
     for column in ("figure", "n", "p50", "p99", "target", "met"):
         target.add_column(column, justify="left" if column in ("figure", "target") else "right")
-    report_to_light = [v for r in gpu if (v := r.ms("light_truth", since="reported"))
-                       is not None]
+    report_to_light = [v for r in rows if r["kind"] == "gpu"
+                       and (v := r.get("report_to_light_ms")) is not None]
     if report_to_light and switch_ms is not None:
         p50 = percentile(report_to_light, 50)
         target.add_row("failure report → light on every new circuit (truth), ms",
                        str(len(report_to_light)), f"{p50:.2f}",
                        f"{percentile(report_to_light, 99):.2f}",
                        f"p50 ≤ {switch_ms:g} + 10", "yes" if p50 <= switch_ms + 10 else "NO")
-    lost = [r for r in results if r.kind == "host"]
-    detect = [(r.ms("detected") or 0) / (r.heartbeat_s * 1000) for r in lost
-              if r.ms("detected") is not None]
+    detect = [r["ms"]["detected"] / (r["heartbeat_s"] * 1000) for r in rows
+              if r["kind"] == "host" and "detected" in r["ms"]]
     if detect:
         target.add_row("host lost → detected, heartbeat intervals", str(len(detect)),
                        f"{percentile(detect, 50):.2f}", f"{percentile(detect, 99):.2f}",

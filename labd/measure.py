@@ -16,7 +16,7 @@ import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -41,12 +41,18 @@ PHASES = ("requested", "dispatched", "acknowledged", "light", "done")
 
 
 @dataclass
-class Target:
-    client: DaemonClient
+class Measured:
+    """What a run was measured on: the lab's name, its file's SHA-256, and where."""
+
     lab_name: str
     lab_sha256: str
     where: str
-    backdoor: Backdoor | None = None
+
+
+@dataclass
+class Target(Measured):
+    client: DaemonClient = field(kw_only=True)
+    backdoor: Backdoor | None = field(default=None, kw_only=True)
     """The emulators' control endpoint, where the lab is emulated here (ground truth)."""
 
 
@@ -58,7 +64,7 @@ async def open_target(*, lab: str | None, url: str, token: str | None
         client = DaemonClient(url, token)
         try:
             health = await client.get("/v1/health")
-            yield Target(client, health["lab"], health.get("lab_sha256", ""), url)
+            yield Target(health["lab"], health.get("lab_sha256", ""), url, client=client)
         finally:
             await client.close()
         return
@@ -70,8 +76,9 @@ async def open_target(*, lab: str | None, url: str, token: str | None
                                 token="measure") as rig:
             client = DaemonClient(rig.daemon.url, "measure")
             try:
-                yield Target(client, loaded.lab.name, file_sha256(loaded.source),
-                             f"lab {loaded.source} (emulated)", rig.backdoor)
+                yield Target(loaded.lab.name, file_sha256(loaded.source),
+                             f"lab {loaded.source} (emulated)", client=client,
+                             backdoor=rig.backdoor)
             finally:
                 await client.close()
 
@@ -243,7 +250,8 @@ def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run,
     for column in ("switch", "k", "figure", "p50 " + a.name, "p50 " + b.name, "Δ p50",
                    "p99 " + a.name, "p99 " + b.name, "Δ p99"):
         table.add_column(column, justify="left" if column in ("switch", "figure") else "right")
-    first, second = summarise(rows_a), summarise(rows_b)
+    summary = failover_summary if a.kind == "failover" else summarise
+    first, second = summary(rows_a), summary(rows_b)
     for key in sorted(set(first) | set(second)):
         x, y = first.get(key), second.get(key)
         cells = []
@@ -255,6 +263,17 @@ def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run,
             cells += [f"{before:.3f}", f"{after:.3f}", f"{change:+.3f}{pct}"]
         table.add_row(key[0], str(key[1]), key[2], *cells)
     return table
+
+
+def failover_summary(rows: list[dict[str, Any]]
+                     ) -> dict[tuple[str, int, str], dict[str, float]]:
+    """(drill kind, 0, stage) → n, p50, p90, p99, max in ms after the failure."""
+    groups: dict[tuple[str, int, str], list[float]] = {}
+    for row in rows:
+        for stage, value in row["ms"].items():
+            groups.setdefault((row["kind"], 0, stage), []).append(value)
+    return {key: {"n": len(v), "p50": percentile(v, 50), "p90": percentile(v, 90),
+                  "p99": percentile(v, 99), "max": max(v)} for key, v in sorted(groups.items())}
 
 
 def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
@@ -293,9 +312,18 @@ def export(run: Run, rows: list[dict[str, Any]], *, csv_path: Path | None,
            parquet_path: Path | None) -> list[str]:
     """Write the raw rows (one flat row each: reconfigurations with phases in ns and
     figures in ms; schedule windows as they are); returns what was written."""
-    table = [flat(run, r) if run.kind == "reconfig" else {
-        "run": run.name, **{k: ",".join(v) if isinstance(v, list) else v for k, v in r.items()}}
-        for r in rows]
+    def plain(row: dict[str, Any]) -> dict[str, Any]:
+        if run.kind == "reconfig":
+            return flat(run, row)
+        out: dict[str, Any] = {"run": run.name}
+        for key, value in row.items():
+            if isinstance(value, dict):  # a drill's stages: one column each
+                out.update({f"{stage}_ms": v for stage, v in value.items()})
+            else:
+                out[key] = ",".join(value) if isinstance(value, list) else value
+        return out
+
+    table = [plain(r) for r in rows]
     written = []
     if csv_path is not None:
         with csv_path.open("w", newline="", encoding="utf-8") as out:
@@ -333,14 +361,14 @@ def plans_from(params: dict[str, Any]) -> list[ReconfigPlan]:
 
 
 def new_run(store: RunStore, *, name: str | None, kind: str, params: dict[str, Any],
-            target: Target, planned: int) -> Run:
+            target: Measured, planned: int) -> Run:
     return store.create(name=name or default_name(kind), kind=kind, params=params,
                         labd_version=__version__, target=target.where,
                         lab_name=target.lab_name, lab_sha256=target.lab_sha256,
                         planned=planned)
 
 
-def resume_run(store: RunStore, name: str, kind: str, target: Target, console: Console
+def resume_run(store: RunStore, name: str, kind: str, target: Measured, console: Console
                ) -> tuple[Run, list[dict[str, Any]]]:
     """An interrupted run to go on with, and the rows it holds."""
     measured = store.get(name)

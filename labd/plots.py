@@ -107,3 +107,38 @@ def schedule_plots(name: str, rows: list[dict[str, Any]], folder: Path) -> list[
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
+
+
+#: A recovery's steps, each from the stage before: (label, stage reached).
+STEPS = (("detect", "detected"), ("choose a spare", "spare_chosen"),
+         ("switch", "switches_acked"), ("links up", "links_up"),
+         ("restart", "job_restarted"), ("collectives", "collectives_ready"),
+         ("first step", "first_step"))
+
+
+def failover_plots(name: str, rows: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """``<name>-stages.png``: each drill's recovery as a stack of its steps (ms after the
+    failure), GPU failures then lost hosts."""
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    drills = [r for r in rows if "first_step" in r["ms"]]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for position, row in enumerate(drills):
+        previous = 0.0
+        for index, (label, stage) in enumerate(STEPS):
+            at = row["ms"].get(stage)
+            if at is None or at < previous:
+                continue  # light can come before the switch says done: drawn in order
+            ax.bar(position, at - previous, bottom=previous, color=f"C{index}",
+                   label=label if position == 0 else None, width=0.8)
+            previous = at
+    ax.set_xlabel("drill (GPU failures, then hosts lost)")
+    ax.set_ylabel("ms after the failure")
+    ax.set_title(f"{name}: recovery stage by stage")
+    ax.legend(fontsize=8, ncol=4)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = folder / f"{name}-stages.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
