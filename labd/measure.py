@@ -68,19 +68,30 @@ async def open_target(*, lab: str | None, url: str, token: str | None
         finally:
             await client.close()
         return
-    from labd.drill import emulated_rig  # only a lab-file campaign starts emulators
+    from labd.backdoor import spawn_emulators
+    from labd.daemon import Daemon
 
     loaded = load_lab(lab)
-    with tempfile.TemporaryDirectory() as scratch:
-        async with emulated_rig(loaded, db=str(Path(scratch) / "measure.sqlite"), mqtt=None,
-                                token="measure") as rig:
-            client = DaemonClient(rig.daemon.url, "measure")
+    # The emulators in a process of their own (as the hardware would be): the daemon's
+    # numbers are then not shared with the devices' own work on one event loop.
+    emulators = await spawn_emulators(loaded.source)
+    backdoor = Backdoor(emulators.control)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            daemon = Daemon(loaded, db=str(Path(scratch) / "measure.sqlite"), port=0,
+                            token="measure", addresses=emulators.endpoints)
+            await daemon.start()
+            client = DaemonClient(daemon.url, "measure")
             try:
                 yield Target(loaded.lab.name, file_sha256(loaded.source),
                              f"lab {loaded.source} (emulated)", client=client,
-                             backdoor=rig.backdoor)
+                             backdoor=backdoor)
             finally:
                 await client.close()
+                await daemon.stop()
+    finally:
+        await backdoor.close()
+        await emulators.stop()
 
 
 def slim(row: dict[str, Any]) -> dict[str, Any]:
@@ -214,15 +225,16 @@ def summary_table(run: Run, rows: list[dict[str, Any]]) -> Table:
 
 
 def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
-    """Do labd's device times say what the emulators were set to? Each switch's device
-    time against the model's window [switch - jitter, switch + jitter]; the target is the
-    p99 within 1 ms of the window's top. ``timing``: switch_time_ms, jitter_ms and the
-    switches they were set on."""
+    """Does labd report what the emulated devices did? Per switch set to the model
+    (``timing``: switch_time_ms, jitter_ms, and the switches that took it): labd's device
+    time (dispatched → acknowledged), the emulator's own record of each change (command
+    arrived → mirrors settled), and labd's excess over it; the target is that excess within
+    1 ms at p99."""
     switch_ms, jitter_ms = timing["switch_time_ms"], timing["jitter_ms"]
-    table = Table(title=f"Timing model {switch_ms:g} ± {jitter_ms:g} ms against labd's "
-                        "device time (dispatched → acknowledged)")
-    for column in ("switch", "n", "device min", "device p50", "device p99", "truth p99",
-                   "device - truth p99", "p99 ≤ model + 1 ms"):
+    table = Table(title=f"Timing model {switch_ms:g} ± {jitter_ms:g} ms: labd's device time "
+                        "against the emulator's truth, ms")
+    for column in ("switch", "n", "device p50", "device p99", "truth p50", "truth p99",
+                   "excess p50", "excess p99", "excess p99 ≤ 1 ms"):
         table.add_column(column, justify="left" if column == "switch" else "right")
     by_switch: dict[str, list[dict[str, float]]] = {}
     for row in rows:
@@ -232,14 +244,11 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
         device = [v["device"] for v in values if "device" in v]
         truth = [v["truth"] for v in values if "truth" in v]
         excess = [v["device - truth"] for v in values if "device - truth" in v]
-        if not device:
+        if not device or not excess:
             continue
-        p99 = percentile(device, 99)
-        table.add_row(switch, str(len(device)), f"{min(device):.3f}",
-                      f"{percentile(device, 50):.3f}", f"{p99:.3f}",
-                      f"{percentile(truth, 99):.3f}" if truth else "-",
-                      f"{percentile(excess, 99):.3f}" if excess else "-",
-                      "yes" if p99 <= switch_ms + jitter_ms + 1 else "NO")
+        table.add_row(switch, str(len(device)), *(f"{percentile(v, q):.3f}" for v, q in (
+            (device, 50), (device, 99), (truth, 50), (truth, 99), (excess, 50),
+            (excess, 99))), "yes" if percentile(excess, 99) <= 1.0 else "NO")
     return table
 
 
