@@ -6,7 +6,7 @@ random permutation through the API; the TUI gets the reconfiguration event, read
 ports and redraws the map. Printed: the redraw time and the time from the API's answer to
 the map showing the new partners. Target: a full-map update under 100 ms (10 updates/s).
 
-    python scripts/bench_tui.py [--rounds 20]
+    python scripts/bench_tui.py [--rounds 20] [--gap 0.3]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ jitter_ms = 0
 """
 
 
-async def main(rounds: int) -> None:
+async def main(rounds: int, gap: float) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "lab.toml"
         path.write_text(LAB)
@@ -55,6 +55,9 @@ async def main(rounds: int) -> None:
                 async with httpx.AsyncClient(base_url=rig.daemon.url, timeout=30,
                                              headers={"Authorization": "Bearer t"}) as api:
                     for _ in range(rounds):
+                        # Apart by more than the UI's refresh limit: each change is shown
+                        # as a lone one would be (a stream is paced at REFRESH_S).
+                        await asyncio.sleep(gap)
                         egress = rng.sample(range(385, 769), 384)
                         pairs = [[i + 1, e] for i, e in enumerate(egress)]
                         r = await api.put("/v1/switches/big/connections",
@@ -85,4 +88,8 @@ async def main(rounds: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
-    asyncio.run(main(parser.parse_args().rounds))
+    parser.add_argument("--gap", type=float, default=0.3,
+                        help="seconds between changes (default 0.3, above the UI's 0.2 s "
+                             "refresh limit)")
+    args = parser.parse_args()
+    asyncio.run(main(args.rounds, args.gap))
