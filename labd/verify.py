@@ -21,9 +21,21 @@ async def light_drill(switch: OpticalSwitch, meter: PowerMeter, path: MeteredPat
     A mesh always sends every input somewhere, so light leaves its path by routing an
     unlit input (``dark_ingress``) onto it; a switch simply disconnects."""
     node = f"{path.meter}:{path.channel}"
-    errors: list[float] = []
     dark = {dark_ingress: path.egress} if dark_ingress is not None else {}
+    before = dict(switch.expected)
     await switch.replace(dark)
+    try:
+        return await _drill(switch, meter, path, backdoor, events, node, dark,
+                            threshold_dbm, window_s, resolution_s, progress)
+    finally:  # leave the switch as the daemon intends it
+        await switch.replace(before)
+
+
+async def _drill(switch: OpticalSwitch, meter: PowerMeter, path: MeteredPath,
+                 backdoor: Backdoor, events: int, node: str, dark: dict[int, int],
+                 threshold_dbm: float, window_s: float, resolution_s: float,
+                 progress: Callable[[], None] | None) -> list[float]:
+    errors: list[float] = []
     for i in range(events):
         arriving = i % 2 == 0
         seen = await backdoor.light()
