@@ -32,6 +32,9 @@ class Instrument(EventSource, abc.ABC):
         self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
                                      name=self.name)
         self.connection.add_listener(self._emit)
+        self.exchanged: tuple[int | None, int | None] = (None, None)
+        """The latest operation's first write and last reply (CLOCK_MONOTONIC ns, when the
+        bytes left and arrived): its time on the wire, free of the scheduling around it."""
 
     async def open(self) -> None:
         await self.connection.open()
@@ -52,7 +55,13 @@ class Instrument(EventSource, abc.ABC):
         return self.connection.state
 
     async def _run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
-        return await self.connection.run(exchange)
+        async def timed(link: Link) -> T:
+            link.mark()
+            result = await exchange(link)
+            self.exchanged = (link.sent_ns, link.answered_ns)
+            return result
+
+        return await self.connection.run(timed)
 
     @abc.abstractmethod
     async def _on_connect(self, link: Link) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -45,6 +46,14 @@ class Link:
         self._wterm = self.settings.write_termination.encode(self.settings.encoding)
         self._rterm = self.settings.read_termination.encode(self.settings.encoding)
         self._debug = wire_log.isEnabledFor(logging.DEBUG)
+        self.sent_ns: int | None = None
+        """When the first write since :meth:`mark` left (CLOCK_MONOTONIC ns)."""
+        self.answered_ns: int | None = None
+        """When the bytes of the latest read arrived, as the transport saw them."""
+
+    def mark(self) -> None:
+        """Start timing an exchange: :attr:`sent_ns` becomes its first write's time."""
+        self.sent_ns = self.answered_ns = None
 
     @property
     def is_open(self) -> bool:
@@ -67,6 +76,8 @@ class Link:
         if self._debug:
             shown = data.replace(secret, b"***") if secret else data
             wire_log.debug("%s >> %r", self.name, shown)
+        if self.sent_ns is None:
+            self.sent_ns = time.monotonic_ns()
         await self._transport.write(data)
 
     async def write(self, message: str, *, secret: str | None = None) -> None:
@@ -91,6 +102,7 @@ class Link:
         except InstrumentError as exc:
             exc.instrument = exc.instrument or self.name
             raise
+        self.answered_ns = getattr(self._transport, "arrived_ns", 0) or time.monotonic_ns()
         if self._debug:
             wire_log.debug("%s << %r", self.name, data)
         return data

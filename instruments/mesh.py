@@ -108,6 +108,7 @@ class MeshSwitch(OpticalSwitch):
     settling waited after each change, default 50)."""
 
     driver = "qontrol-mesh"
+    done_on_reply = False  # the heaters settle after the board's reply
     default_settings = LinkSettings(write_termination="\n", read_termination="\n", timeout=1.0)
 
     def __init__(self, address: str, **kwargs: Any) -> None:

@@ -69,6 +69,9 @@ class OpticalSwitch(Instrument):
     to hold, and reports drift after every reconnect."""
 
     any_to_any: ClassVar[bool] = False
+    done_on_reply: ClassVar[bool] = True
+    """The device's reply to a change says it is complete (False: the driver waits on
+    after it, e.g. for a mesh's heaters to settle)."""
 
     def __init__(self, address: str, *, size: str | None = None, **kwargs: Any) -> None:
         super().__init__(address, **kwargs)

@@ -560,11 +560,14 @@ def measure_reconfig(
                 plans, planned = await plan_campaign(
                     target, switch, pattern, rounds, k, light,
                     seed if seed is not None else random.randrange(1 << 30))
+                # Before the run is made: its parameters say which switches took the model.
+                await apply_timing(target, [p.switch for p in plans], timing, console)
                 measured, done, wanted = new_run(
                     store, name=name, kind="reconfig", target=target, planned=planned,
                     params={**params_of(plans), "timing": timing}), [], timing
             state["run"] = measured
-            await apply_timing(target, [p.switch for p in plans], wanted, console)
+            if resume is not None:
+                await apply_timing(target, [p.switch for p in plans], wanted, console)
             console.print(f"[bold]labd measure reconfig[/]: run [cyan]{measured.name}[/] on "
                           f"{target.where} ({target.lab_name}): {measured.planned} "
                           f"reconfigurations, {len(done)} already measured")
@@ -669,13 +672,15 @@ def measure_schedule(
             else:
                 plan = load_schedule(schedule)
                 await check_switches(target.client, plan)
+                await apply_timing(target, plan.switches(), timing, console)
                 params = {"file": schedule, "schedule": plan.name, "iterations": iterations,
                           "modes": modes, "timing": timing}
                 measured, done = new_run(store, name=name, kind="schedule", target=target,
                                          params=params, planned=iterations * len(modes)
                                          * len(plan.phase)), []
             state["run"] = measured
-            await apply_timing(target, plan.switches(), params.get("timing"), console)
+            if resume is not None:
+                await apply_timing(target, plan.switches(), params.get("timing"), console)
             console.print(f"[bold]labd measure schedule[/]: run [cyan]{measured.name}[/]: "
                           f"{plan.name} ({len(plan.phase)} phases, {plan.iteration_ms} ms "
                           f"per iteration) on {target.where}, {params['iterations']} "

@@ -187,12 +187,21 @@ class Engine:
             try:
                 if replace is not None:
                     await switch.replace(replace)
+                    sent, answered = switch.exchanged
                 else:
+                    sent = answered = None
                     if brk:
                         await switch.disconnect([a for a, _ in brk])
+                        sent, answered = switch.exchanged
                     if make:
                         await switch.connect(make)
-                phases["acknowledged"] = acked = time.monotonic_ns()
+                        sent, answered = sent or switch.exchanged[0], switch.exchanged[1]
+                acked = time.monotonic_ns()
+                # The device's own time: from the command leaving to its reply arriving, not
+                # counting the event loop's turns around them.
+                if sent is not None and answered is not None and switch.done_on_reply:
+                    phases["dispatched"], acked = max(phases["dispatched"] or 0, sent), answered
+                phases["acknowledged"] = acked
                 if on_acknowledged is not None:
                     on_acknowledged(name, acked)
             except InvalidRequest as exc:

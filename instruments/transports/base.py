@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Protocol
 
 from instruments.address import Address
@@ -45,8 +46,12 @@ class ReceiveBuffer:
         self._waiter: asyncio.Future[None] | None = None
         self._want_sep: bytes = b""
         self._want_count = 0
+        self.fed_ns = 0
+        """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
+        the reader that waits for it runs."""
 
     def feed(self, data: bytes) -> None:
+        self.fed_ns = time.monotonic_ns()
         self._data += data
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._satisfied():
@@ -152,3 +157,8 @@ class BufferedTransport:
 
     def discard_input(self) -> bytes:
         return self._buffer.discard() if self._buffer is not None else b""
+
+    @property
+    def arrived_ns(self) -> int:
+        """When the latest bytes arrived (0: none yet)."""
+        return self._buffer.fed_ns if self._buffer is not None else 0
