@@ -398,6 +398,19 @@ measure = typer.Typer(help="Measurements on a lab: drills and campaigns that pri
                              "their statistics.", no_args_is_help=True)
 app.add_typer(measure, name="measure")
 
+RunsOption = Annotated[str, typer.Option(
+    "--runs", help="Where runs are kept: a SQLite file, or a PostgreSQL URL.")]
+CsvOption = Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
+ParquetOption = Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
+PlotsOption = Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
+TokenOption = Annotated[str | None, typer.Option(help="Token for the daemon's changes.")]
+SwitchMsOption = Annotated[float | None, typer.Option(
+    help="With --lab: set the emulated switches' time (ms) first, and check labd's numbers "
+         "against it.")]
+JitterOption = Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
+ResumeOption = Annotated[str | None, typer.Option(
+    help="Go on with an interrupted run (same parameters; what it measured is kept).")]
+
 
 @measure.command("failover")
 def measure_failover(
@@ -422,13 +435,9 @@ def measure_failover(
                                                   "failover-<UTC time>).")] = None,
     resume: Annotated[str | None, typer.Option(
         help="Go on with an interrupted run (its drills that are left).")] = None,
-    runs: Annotated[str, typer.Option("--runs", help="Where runs are kept: a SQLite file, "
-                                                     "or a PostgreSQL URL.")]
-    = "labd-runs.sqlite",
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the drills here.")]
-    = None,
-    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
-    = None,
+    runs: RunsOption = "labd-runs.sqlite",
+    csv_path: CsvOption = None,
+    plots: PlotsOption = None,
 ) -> None:
     """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
     daemon swap in a spare and restart the job, and print each stage's p50/p99. Kept as a
@@ -487,8 +496,6 @@ def measure_failover(
     _kept_run(runs, body, spawns=True, command="failover")
 
 
-RunsOption = Annotated[str, typer.Option(
-    "--runs", help="Where runs are kept: a SQLite file, or a PostgreSQL URL.")]
 
 
 @measure.command("reconfig")
@@ -512,22 +519,14 @@ def measure_reconfig(
     seed: Annotated[int | None, typer.Option(help="Seed for the port choices.")] = None,
     name: Annotated[str | None, typer.Option(help="Name of the run (default: "
                                                   "reconfig-<UTC time>).")] = None,
-    resume: Annotated[str | None, typer.Option(
-        help="Go on with an interrupted run (same parameters; what it measured is kept).")]
-    = None,
-    switch_ms: Annotated[float | None, typer.Option(
-        help="With --lab: set the emulated switches' time (ms) first, and check labd's "
-             "numbers against it.")] = None,
-    jitter_ms: Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
-    = 0.0,
+    resume: ResumeOption = None,
+    switch_ms: SwitchMsOption = None,
+    jitter_ms: JitterOption = 0.0,
     runs: RunsOption = "labd-runs.sqlite",
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
-    = None,
-    parquet: Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
-    = None,
-    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
-    = None,
-    token: Annotated[str | None, typer.Option(help="Token for the daemon's changes.")] = None,
+    csv_path: CsvOption = None,
+    parquet: ParquetOption = None,
+    plots: PlotsOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Time reconfigurations through the daemon on its switches' free ports and keep them
     as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
@@ -631,20 +630,15 @@ def measure_schedule(
     mode: Annotated[str, typer.Option(
         help="on-demand (reconfigure when a phase is due), speculative (as soon as the "
              "previous phase's traffic ends) or both.")] = "both",
-    switch_ms: Annotated[float | None, typer.Option(
-        help="With --lab: set the emulated switches' time (ms) first.")] = None,
-    jitter_ms: Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
-    = 0.0,
+    switch_ms: SwitchMsOption = None,
+    jitter_ms: JitterOption = 0.0,
     name: Annotated[str | None, typer.Option(help="Name of the run.")] = None,
-    resume: Annotated[str | None, typer.Option(help="Go on with an interrupted run.")] = None,
+    resume: ResumeOption = None,
     runs: RunsOption = "labd-runs.sqlite",
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the windows here.")]
-    = None,
-    parquet: Annotated[Path | None, typer.Option(help="Write the windows here (Parquet).")]
-    = None,
-    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
-    = None,
-    token: Annotated[str | None, typer.Option(help="Token for the daemon's changes.")] = None,
+    csv_path: CsvOption = None,
+    parquet: ParquetOption = None,
+    plots: PlotsOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Replay a parallelism schedule: reconfigure the switches for each phase, on demand or
     speculatively, and report for each idle window whether the reconfiguration was hidden,
@@ -799,12 +793,9 @@ def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
 def measure_show(
     name: Annotated[str, typer.Argument(help="The run.")],
     runs: RunsOption = "labd-runs.sqlite",
-    csv_path: Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
-    = None,
-    parquet: Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
-    = None,
-    plots: Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
-    = None,
+    csv_path: CsvOption = None,
+    parquet: ParquetOption = None,
+    plots: PlotsOption = None,
 ) -> None:
     """A kept run's summary (and its rows exported, its plots drawn)."""
     from labd.drill import failover_report
