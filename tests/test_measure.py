@@ -141,3 +141,37 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
     store = RunStore(runs)
     assert store.all() == []  # nothing was started, so nothing was kept
     store.close()
+
+
+async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.sqlite"
+    args = ["measure", "failover", "-n", "5", "--lost", "1", "--seed", "4", "--runs",
+            str(runs), "--name", "f1"]
+    proc = await asyncio.create_subprocess_exec(*LABD, *args, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        await rows_in(runs, "f1", 1, timeout=90)
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, (out + err).decode()
+    store = RunStore(runs)
+    kept = len(store.rows(store.get("f1")))
+    store.close()
+    assert 1 <= kept < 6
+    code, out, err = await run("measure", "failover", "--resume", "f1", "--runs", str(runs),
+                               "--csv", str(tmp_path / "f.csv"), timeout=180)
+    assert code == 0, out + err
+    store = RunStore(runs)
+    done = store.get("f1")
+    rows = store.rows(done)
+    store.close()
+    assert done.status == "complete" and len(rows) == 6
+    assert [r["kind"] for r in rows] == ["gpu"] * 5 + ["host"]  # as first asked
+    assert all(r["outcome"] == "recovered" and r["ms"]["first_step"] > 0 for r in rows)
+    with (tmp_path / "f.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 6
