@@ -115,6 +115,13 @@ async def run_reconfig(client: DaemonClient, plan: ReconfigPlan,
         index = 0
         body: dict[str, Any]
         for k in sizes:
+            if made and plan.pattern != "permutation":
+                # The last batch size ended on a make: break it before the next size (a
+                # clean-up, not a row of the campaign).
+                if on_switch:
+                    await client.request("POST", f"{path}/disconnect",
+                                         {**base, "ports": sorted(on_switch)})
+                made = on_switch = {}
             pairs = list(zip(rng.sample(free.ingress, k), rng.sample(free.egress, k),
                              strict=True))
             for round_ in range(plan.rounds):

@@ -78,6 +78,13 @@ async def test_a_campaign_uses_free_ports_leaves_them_free_and_resumes(tmp_path:
             table = summary(rows)
             device = next(r for r in table if r["span"] == "device")
             assert device["n"] == 6 and device["k"] == 2 and device["p50"] >= 1.0
+            # A sweep with an odd number of rounds: each batch size's rows are its own.
+            sweep = [row async for row in run_reconfig(
+                client, ReconfigPlan("ocs1", "sweep", rounds=3, seed=2))]
+            assert [r["k"] for r in sweep] == [1] * 3 + [2] * 3 + [4] * 3 + [7] * 3  # 7 free
+            for row in sweep:
+                assert len(row["connected"] or row["disconnected"]) == row["k"]
+            assert engine.intended["ocs1"] == {1: 9}
             # A permutation keeps the circuit that was there and moves all the free ports.
             perm = [row async for row in run_reconfig(
                 client, ReconfigPlan("ocs1", "permutation", rounds=2, seed=1))]
