@@ -408,6 +408,9 @@ SwitchMsOption = Annotated[float | None, typer.Option(
     help="With --lab: set the emulated switches' time (ms) first, and check labd's numbers "
          "against it.")]
 JitterOption = Annotated[float, typer.Option(help="With --switch-ms: the jitter (± ms).")]
+ControlOption = Annotated[str | None, typer.Option(
+    help="With --url: the control endpoint of the emulators that daemon drives (labd "
+         "emulate prints it): ground truth beside every row, and --switch-ms.")]
 ResumeOption = Annotated[str | None, typer.Option(
     help="Go on with an interrupted run (same parameters; what it measured is kept).")]
 
@@ -519,6 +522,7 @@ def measure_reconfig(
     seed: Annotated[int | None, typer.Option(help="Seed for the port choices.")] = None,
     name: Annotated[str | None, typer.Option(help="Name of the run (default: "
                                                   "reconfig-<UTC time>).")] = None,
+    control: ControlOption = None,
     resume: ResumeOption = None,
     switch_ms: SwitchMsOption = None,
     jitter_ms: JitterOption = 0.0,
@@ -546,12 +550,14 @@ def measure_reconfig(
         summary_table,
     )
 
-    if switch_ms is not None and lab is None:
-        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab")
+    if switch_ms is not None and lab is None and control is None:
+        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab, or "
+                    "--control with --url")
     timing = _timing(switch_ms, jitter_ms)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
-        async with open_target(lab=lab, url=url, token=find_token(token)) as target:
+        async with open_target(lab=lab, url=url, token=find_token(token),
+                               control=control) as target:
             if resume is not None:
                 measured, done = resume_run(store, resume, "reconfig", target, console)
                 plans, wanted = plans_from(measured.params), measured.params.get("timing")
@@ -630,6 +636,7 @@ def measure_schedule(
     mode: Annotated[str, typer.Option(
         help="on-demand (reconfigure when a phase is due), speculative (as soon as the "
              "previous phase's traffic ends) or both.")] = "both",
+    control: ControlOption = None,
     switch_ms: SwitchMsOption = None,
     jitter_ms: JitterOption = 0.0,
     name: Annotated[str | None, typer.Option(help="Name of the run.")] = None,
@@ -653,12 +660,14 @@ def measure_schedule(
         raise _fail(f"--mode {mode!r}: expected on-demand, speculative or both")
     if iterations < 1:
         raise _fail(f"--iterations {iterations}: need at least 1")
-    if switch_ms is not None and lab is None:
-        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab")
+    if switch_ms is not None and lab is None and control is None:
+        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab, or "
+                    "--control with --url")
     timing = _timing(switch_ms, jitter_ms)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
-        async with open_target(lab=lab, url=url, token=find_token(token)) as target:
+        async with open_target(lab=lab, url=url, token=find_token(token),
+                               control=control) as target:
             if resume is not None:
                 measured, done = resume_run(store, resume, "schedule", target, console)
                 params = measured.params

@@ -57,16 +57,21 @@ class Target(Measured):
 
 
 @contextlib.asynccontextmanager
-async def open_target(*, lab: str | None, url: str, token: str | None
-                      ) -> AsyncIterator[Target]:
-    """The daemon to measure: one at ``url``, or one started here on ``lab`` in emulation."""
+async def open_target(*, lab: str | None, url: str, token: str | None,
+                      control: str | None = None) -> AsyncIterator[Target]:
+    """The daemon to measure: one at ``url`` (with ``control``, the control endpoint of the
+    emulators it drives, for ground truth), or one started here on ``lab`` in emulation."""
     if lab is None:
         client = DaemonClient(url, token)
+        backdoor = Backdoor(control) if control else None
         try:
             health = await client.get("/v1/health")
-            yield Target(health["lab"], health.get("lab_sha256", ""), url, client=client)
+            yield Target(health["lab"], health.get("lab_sha256", ""), url, client=client,
+                         backdoor=backdoor)
         finally:
             await client.close()
+            if backdoor is not None:
+                await backdoor.close()
         return
     from labd.backdoor import spawn_emulators
     from labd.daemon import Daemon

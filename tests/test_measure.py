@@ -175,3 +175,36 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
     assert all(r["outcome"] == "recovered" and r["ms"]["first_step"] > 0 for r in rows)
     with (tmp_path / "f.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 6
+
+
+async def test_a_running_daemon_is_measured_with_the_emulators_truth(tmp_path: Path) -> None:
+    """--url with --control: the daemon and its emulators run elsewhere; the campaign reads
+    the emulators' ground truth and sets their timing model through the control endpoint."""
+    from labd.backdoor import spawn_emulators
+    from labd.daemon import Daemon
+    from labd.labfile import load_lab
+
+    lab = load_lab(lab_file(tmp_path))
+    emulators = await spawn_emulators(lab.source)
+    try:
+        daemon = Daemon(lab, db=str(tmp_path / "d.sqlite"), port=0, token="tok",
+                        addresses=emulators.endpoints)
+        await daemon.start()
+        try:
+            runs = tmp_path / "runs.sqlite"
+            code, out, err = await run(
+                "measure", "reconfig", "--url", daemon.url, "--token", "tok", "--control",
+                emulators.control, "--rounds", "6", "--switch-ms", "4", "--runs", str(runs),
+                "--name", "remote", timeout=120)
+            assert code == 0, out + err
+            assert "Timing model 4 ± 0 ms" in out
+        finally:
+            await daemon.stop()
+    finally:
+        await emulators.stop()
+    store = RunStore(runs)
+    measured = store.get("remote")
+    rows = store.rows(measured)
+    store.close()
+    assert measured.target == daemon.url and measured.params["timing"]["switches"] == ["ocs1"]
+    assert len(rows) == 6 and all(3.9 < r["truth_ms"] < 5 for r in rows)  # set, not 3 ms
