@@ -550,10 +550,7 @@ def measure_reconfig(
         summary_table,
     )
 
-    if switch_ms is not None and lab is None and control is None:
-        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab, or "
-                    "--control with --url")
-    timing = _timing(switch_ms, jitter_ms)
+    timing = _timing(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
         async with open_target(lab=lab, url=url, token=find_token(token),
@@ -587,9 +584,15 @@ def measure_reconfig(
     _kept_run(runs, body, spawns=False, command="reconfig")
 
 
-def _timing(switch_ms: float | None, jitter_ms: float) -> dict[str, Any] | None:
+def _timing(switch_ms: float | None, jitter_ms: float, *, emulated: bool
+            ) -> dict[str, Any] | None:
+    """The timing model --switch-ms/--jitter-ms ask for; ``emulated``: there is a control
+    endpoint to set it through."""
     if switch_ms is None:
         return None
+    if not emulated:
+        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab, or "
+                    "--control with --url")
     if switch_ms < 0 or jitter_ms < 0 or jitter_ms > switch_ms:
         raise _fail("--switch-ms and --jitter-ms: need 0 ≤ jitter ≤ switch time")
     # A flat model: the time ± jitter whatever the batch (no per-pair term).
@@ -660,10 +663,7 @@ def measure_schedule(
         raise _fail(f"--mode {mode!r}: expected on-demand, speculative or both")
     if iterations < 1:
         raise _fail(f"--iterations {iterations}: need at least 1")
-    if switch_ms is not None and lab is None and control is None:
-        raise _fail("--switch-ms sets the emulators' timing model: it needs --lab, or "
-                    "--control with --url")
-    timing = _timing(switch_ms, jitter_ms)
+    timing = _timing(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
         async with open_target(lab=lab, url=url, token=find_token(token),

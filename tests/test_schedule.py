@@ -19,18 +19,8 @@ from labd.schedule import (
     to_toml,
 )
 from tests.broker import unique_lab
+from tests.test_campaign import LAB
 from tests.test_cli import run
-
-LAB = """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-switch_time_ms = 1
-jitter_ms = 0
-"""
 
 
 def test_synthetic_3d_schedule_is_made_of_rings_and_pipeline_sends(tmp_path: Path) -> None:
