@@ -46,8 +46,11 @@ class ModelError(ValueError):
 
 
 #: epoll waits in whole milliseconds, so a plain sleep can wake up to 1 ms late; the last
-#: stretch before a deadline is spent yielding to the loop instead.
+#: stretch before a deadline is spent yielding to the loop instead,
 _SPIN_NS = 1_500_000
+#: and the very last is held: no other device's work (a meter's reading) can make this
+#: one late by more than its own share of the loop.
+_HOLD_NS = 200_000
 
 
 async def sleep_until(deadline_ns: int) -> None:
@@ -56,8 +59,10 @@ async def sleep_until(deadline_ns: int) -> None:
     remaining = deadline_ns - time.monotonic_ns()
     if remaining > _SPIN_NS:
         await asyncio.sleep((remaining - _SPIN_NS) / 1e9)
-    while time.monotonic_ns() < deadline_ns:  # noqa: ASYNC110 - a deliberate spin
+    while deadline_ns - time.monotonic_ns() > _HOLD_NS:  # noqa: ASYNC110 - a deliberate spin
         await asyncio.sleep(0)
+    while time.monotonic_ns() < deadline_ns:
+        pass
 
 
 _PORT_OPS = {("E", "D"): "port-disable", ("D", "E"): "port-enable", ("E", "F"): "port-fail",
@@ -237,7 +242,9 @@ class SwitchModel:
         moved = len(set(connect) | set(disconnect))
         if not moved:
             return None
-        start = max(arrived_ns, time.monotonic_ns())
+        # The mirrors start when the command reached the device, not when this process
+        # got round to it: the device keeps its timing model however busy the machine.
+        start = arrived_ns
         settled = start + self.timing.sample_ns(moved)
         for p in touched:
             after = self._partner.get(p)

@@ -10,6 +10,7 @@ over one shared switch state. Behaviour follows protocols.md §1; the [?] items 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +152,8 @@ class PolatisScpiSession(ScpiDeviceSession):
             code, text = _SCPI_REASON[exc.reason]
             raise ScpiError(code, f"{text}; {exc.message}") from None
         await self.model.change("scpi", op, connect, disconnect, self.arrived_ns)
+        # The next unit of the program message starts when this one is done.
+        self.arrived_ns = time.monotonic_ns()
 
     async def _add(self, args: str, _: list[int]) -> None:
         pairs = self._pairs(args)
@@ -256,14 +259,19 @@ class PolatisTl1Interface(Interface):
 
     def _broadcast(self, verb_line: str, lines: list[str], alarm: str = "A") -> None:
         atag = self.next_atag()
-        block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines, alarm)
 
         def deliver() -> None:
-            for session in list(self.sessions):
-                if session.user is not None and session.autonomous_enabled and session.send:
-                    session.send(block)
+            listening = [s for s in self.sessions
+                         if s.user is not None and s.autonomous_enabled and s.send]
+            if not listening:
+                return
+            block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines,
+                               alarm)
+            for session in listening:
+                session.send(block)  # type: ignore[misc]
 
-        # Reports follow the response of the command that caused them, as on the device.
+        # Reports follow the response of the command that caused them, as on the device,
+        # and are written after it: none of their cost is in the device's reply time.
         asyncio.get_running_loop().call_soon(deliver)
 
     def _on_change(self, change: Any) -> None:

@@ -15,6 +15,7 @@ from emulators.server import Session
 Handler = Callable[..., object]  # returns str | None, or an awaitable of it
 _MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d*)$")
 QUEUE_LENGTH = 32
+_FOUND_LIMIT = 4096
 
 
 class ScpiError(Exception):
@@ -76,14 +77,27 @@ class ScpiEngine:
 
     def __init__(self) -> None:
         self._commands: list[_Command] = []
+        # Header → command, remembered: a reply is not sent before its program message's
+        # last query is found, so a scan of the table per query would be device time.
+        self._found: dict[tuple[tuple[str, ...], bool], tuple[_Command, list[int]] | None] = {}
 
     def register(self, pattern: str, handler: Handler) -> None:
         """``pattern`` like ``:OXC:SWITch:CONNect:STATe?``; lower-case letters are the part a
         client may leave out. Handlers take ``(args: str, suffixes: list[int])``."""
         query = pattern.endswith("?")
         self._commands.append(_Command(_nodes(pattern), query, handler))
+        self._found.clear()
 
     def find(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
+        key = (tuple(tokens), query)
+        if key not in self._found:
+            if len(self._found) >= _FOUND_LIMIT:  # a client sending endless new headers
+                self._found.clear()
+            self._found[key] = self._lookup(tokens, query)
+        found = self._found[key]
+        return None if found is None else (found[0], list(found[1]))
+
+    def _lookup(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
         parsed = []
         for token in tokens:
             match = _MNEMONIC.match(token)

@@ -12,6 +12,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import platform
+import socket
+import struct
+import sys
 import time
 import tty
 from collections.abc import Callable
@@ -60,6 +64,110 @@ class SessionInterface(Interface):
         return self._factory()
 
 
+#: SO_TIMESTAMPNS where its value is the generic one (Linux); elsewhere a command's arrival
+#: is when it was read.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_STAMPED = sys.platform == "linux" and platform.machine() in (
+    "x86_64", "aarch64", "i686", "armv7l", "riscv64", "s390x", "ppc64le")
+_TIMESPEC = struct.Struct("@qq")
+
+
+class TcpLine:
+    """One client's TCP connection, read with ``recvmsg`` so that a command's arrival is
+    the kernel's stamp of its bytes landing, not when this process got round to reading
+    them: a device's clock starts when the command reaches it, however busy the machine
+    that plays it (the drivers stamp replies the same way)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = asyncio.StreamReader(limit=16 * 1024 * 1024)
+        self._landed = 0
+        self._pending = bytearray()
+        self._loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _STAMPED:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._fd = sock.fileno()
+        self._loop.add_reader(self._fd, self._readable)
+
+    def arrived(self) -> int:
+        """When the latest bytes landed (CLOCK_MONOTONIC ns)."""
+        return self._landed or time.monotonic_ns()
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(_TIMESPEC.size))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancillary = b"", []
+        if not data:
+            self._stop()
+            self.reader.feed_eof()
+            return
+        self._landed = time.monotonic_ns()
+        for level, kind, raw in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(raw)
+                before, wall, now = time.monotonic_ns(), time.time_ns(), time.monotonic_ns()
+                landed = seconds * 1_000_000_000 + nanoseconds + (before + now) // 2 - wall
+                if 0 <= now - landed < 10_000_000_000:  # else the wall clock was stepped
+                    self._landed = landed
+        self.reader.feed_data(data)
+
+    def send(self, data: bytes) -> None:
+        if self._fd < 0:
+            return
+        if not self._pending:
+            try:
+                sent = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self.abort()
+                return
+            data = data[sent:]
+            if not data:
+                return
+            self._loop.add_writer(self._fd, self._writable)
+        self._pending += data
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self._pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.abort()
+            return
+        del self._pending[:sent]
+        if not self._pending:
+            self._loop.remove_writer(self._fd)
+
+    def _stop(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            self._loop.remove_writer(self._fd)
+            self._fd = -1
+
+    def close(self) -> None:
+        """Close: what the kernel holds still goes out, what it has not taken is dropped."""
+        self._stop()
+        self.sock.close()
+        if not self.reader.at_eof():
+            self.reader.feed_eof()
+
+    def abort(self) -> None:
+        """Cut the line now: a reset, as when a cable is pulled."""
+        if self.sock.fileno() >= 0:
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._pending.clear()
+        self.close()
+
+
 class Endpoint:
     """Serves one interface on ``tcp://host:port`` (port 0 picks a free one) or on a pty."""
 
@@ -70,36 +178,50 @@ class Endpoint:
         self.interface, self.faults = interface, faults
         self.host, self.port, self.serve = host, port, serve
         self.address = ""
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._lines: set[TcpLine] = set()
         self._clients: set[asyncio.Task[None]] = set()  # TCP conversations
         self._tasks: set[asyncio.Task[None]] = set()  # our own (the pty conversation)
         self._pty: tuple[int, int] | None = None
 
     async def start(self) -> str:
         if self.serve == "tcp":
-            self._server = await asyncio.start_server(self._on_client, self.host, self.port,
-                                                      limit=16 * 1024 * 1024)
-            sock_host, sock_port = self._server.sockets[0].getsockname()[:2]
+            listener = socket.create_server((self.host, self.port), reuse_port=False)
+            listener.setblocking(False)
+            self._listener = listener
+            sock_host, sock_port = listener.getsockname()[:2]
             self.port = sock_port  # a restart (power cycle) comes back on the same port
             self.address = f"tcp://{sock_host}:{sock_port}"
+            self._accepting = asyncio.create_task(self._accept(listener),
+                                                  name=f"accept-{self.interface.name}")
         else:
             self.address = f"serial://{self._open_pty()}"
         return self.address
 
     # -- TCP -------------------------------------------------------------------------------
-    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        task = asyncio.current_task()
-        if task is not None:
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if listener.fileno() < 0:
+                    return
+                log.warning("%s: accept failed: %s", self.address, exc)
+                continue
+            line = TcpLine(conn)
+            task = asyncio.create_task(self._on_client(line), name=f"client-{self.address}")
             self._clients.add(task)
+            task.add_done_callback(self._clients.discard)
+
+    async def _on_client(self, line: TcpLine) -> None:
+        self._lines.add(line)
         try:
-            await self._converse(reader, writer.write, writer.close)
+            await self._converse(line.reader, line.send, line.close, line.arrived)
         finally:
-            self._writers.discard(writer)
-            if task is not None:
-                self._clients.discard(task)
-            writer.close()
+            self._lines.discard(line)
+            line.close()
 
     # -- pty -------------------------------------------------------------------------------
     def _open_pty(self) -> str:
@@ -141,13 +263,15 @@ class Endpoint:
 
     # -- the conversation ------------------------------------------------------------------
     async def _converse(self, reader: asyncio.StreamReader, send: Callable[[bytes], None],
-                        close: Callable[[], None]) -> None:
+                        close: Callable[[], None],
+                        arrived_at: Callable[[], int] = time.monotonic_ns) -> None:
         session = self.interface.new_session()
         session.send = send
         greeting = await session.greeting()
         if greeting:
             send(greeting)
         sep = self.interface.separator
+        free = 0  # when the session finished its last command
         try:
             while True:
                 try:
@@ -155,7 +279,8 @@ class Endpoint:
                 except asyncio.LimitOverrunError:
                     reader._buffer.clear()  # type: ignore[attr-defined]
                     continue
-                arrived = time.monotonic_ns()
+                # A command that came while the session was busy starts when it is free.
+                arrived = max(arrived_at(), free)
                 if self.faults.take("stall") is not None:
                     continue
                 drop = self.faults.take("drop")
@@ -170,6 +295,7 @@ class Endpoint:
                     session.send = send
                     continue
                 reply = await session.handle(message, arrived)
+                free = time.monotonic_ns()
                 if not reply:
                     continue
                 delay = self.faults.take("delay")
@@ -185,13 +311,18 @@ class Endpoint:
 
     def drop_all(self) -> None:
         """Cut every open TCP connection now (a cable pull)."""
-        for writer in list(self._writers):
-            transport = writer.transport
-            transport.abort()
+        for line in list(self._lines):
+            line.abort()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+            self._accepting = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         self.drop_all()
         # Client conversations end by themselves once their sockets are cut (cancelling
         # them would make asyncio's stream machinery log the cancellation as an error).
@@ -204,10 +335,6 @@ class Endpoint:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
         if self._pty is not None:
             master, slave = self._pty
             asyncio.get_running_loop().remove_reader(master)

@@ -1,11 +1,18 @@
 """The three transports against real peers: TCP, a pty through pyserial, VISA (pyvisa-py)."""
 
+import asyncio
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+
 import pytest
 
 from emulators import EmulatedLab
 from instruments.errors import ConnectError, InstrumentTimeout
 from instruments.link import Link, LinkSettings
 from instruments.polatis_scpi import PolatisScpi
+from instruments.transports import wirestamp
 
 
 async def test_visa_socket_transport_drives_a_switch(lab: EmulatedLab) -> None:
@@ -47,3 +54,88 @@ async def test_raw_bytes_are_logged_at_debug(lab: EmulatedLab,
     await link.close()
     assert "ocs1 >> b'*IDN?\\n'" in caplog.text
     assert "ocs1 << b'Polatis," in caplog.text
+
+
+KERNEL_STAMPS = pytest.mark.skipif(sys.platform != "linux",
+                                   reason="arrivals are the kernel's stamps on Linux only")
+
+
+@pytest.fixture
+async def kernel_stamping() -> AsyncIterator[None]:
+    """Stamping on for the whole machine while the test runs: the kernel turns it on a
+    moment after a socket first asks (then keeps it on while one has it), so a test's first
+    segments could otherwise come unstamped."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setsockopt(socket.SOL_SOCKET, wirestamp.SO_TIMESTAMPNS, 1)
+    try:
+        async with asyncio.timeout(5):
+            while True:
+                tx.sendto(b".", rx.getsockname())
+                _, ancillary, _, _ = rx.recvmsg(8, wirestamp.ANCILLARY_SIZE)
+                if ancillary:
+                    break
+                await asyncio.sleep(0.001)  # the kernel's worker has not run yet
+        yield
+    finally:
+        rx.close()
+        tx.close()
+
+
+def hold_the_loop() -> int:
+    """Keep the event loop from running for a while, as a busy machine would; returns when
+    it is free again. Nothing waits on this: it makes the gap the stamps must see past."""
+    time.sleep(0.05)
+    return time.monotonic_ns()
+
+
+@KERNEL_STAMPS
+@pytest.mark.usefixtures("kernel_stamping")
+async def test_a_replys_arrival_is_when_it_landed_not_when_the_loop_read_it() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    link = Link(f"tcp://127.0.0.1:{port}", LinkSettings(timeout=2))
+    await link.open()
+    peer, _ = listener.accept()  # already queued by the kernel
+    try:
+        link.mark()
+        await link.write("QUERY?")
+        before = time.monotonic_ns()
+        peer.sendall(b"answer\n")
+        free = hold_the_loop()
+        assert await link.read_line() == "answer"
+        assert link.answered_ns is not None and link.sent_ns is not None
+        assert link.sent_ns <= before <= link.answered_ns < free
+    finally:
+        await link.close()
+        peer.close()
+        listener.close()
+
+
+@KERNEL_STAMPS
+@pytest.mark.usefixtures("kernel_stamping")
+async def test_an_emulated_switch_keeps_its_timing_from_the_commands_arrival(
+        lab: EmulatedLab) -> None:
+    """However late the emulator's process reads a command, the mirrors start when it
+    landed; the units of one program message still run one after the other."""
+    lab.set_timing("ocs1", {"switch_time_ms": 20, "jitter_ms": 0})
+    seen = lab.truth("ocs1", light=False)["changes"]
+    host, port = lab.endpoints["ocs1"]["scpi"].removeprefix("tcp://").split(":")
+    client = socket.create_connection((host, int(port)))
+    client.setblocking(False)
+    loop = asyncio.get_running_loop()
+    try:
+        before = time.monotonic_ns()
+        client.sendall(b":OXC:SWIT:CONN:ADD (@1),(@17);:OXC:SWIT:CONN:ADD (@2),(@18);*OPC?\n")
+        free = hold_the_loop()
+        async with asyncio.timeout(5):
+            reply = await loop.sock_recv(client, 100)
+        assert reply.strip() == b"1"
+    finally:
+        client.close()
+    first, second = lab.truth("ocs1", seen[-1]["seq"] if seen else 0, light=False)["changes"]
+    assert before <= first["arrived_ns"] < free
+    assert first["settled_ns"] - first["arrived_ns"] == 20_000_000
+    assert second["arrived_ns"] >= first["settled_ns"]
+    assert second["settled_ns"] - second["arrived_ns"] == 20_000_000

@@ -50,8 +50,10 @@ class ReceiveBuffer:
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
 
-    def feed(self, data: bytes) -> None:
-        self.fed_ns = time.monotonic_ns()
+    def feed(self, data: bytes, arrived_ns: int | None = None) -> None:
+        """Take received bytes; ``arrived_ns``: when they reached the machine, where the
+        transport knows (else now)."""
+        self.fed_ns = time.monotonic_ns() if arrived_ns is None else arrived_ns
         self._data += data
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._satisfied():

@@ -1,53 +1,91 @@
-"""TCP socket transport (SCPI raw socket on 5025, TL1 raw on 3082, ...)."""
+"""TCP socket transport (SCPI raw socket on 5025, TL1 raw on 3082, ...).
+
+The socket is read directly (``recvmsg``) rather than through an asyncio transport, so that
+each reply carries the kernel's stamp of when it arrived (see :mod:`wirestamp`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from instruments.errors import ConnectError, InstrumentClosed
+from instruments.transports import wirestamp
 from instruments.transports.base import BufferedTransport, ReceiveBuffer
 
-
-class _Receiver(asyncio.Protocol):
-    def __init__(self, buffer: ReceiveBuffer) -> None:
-        self.buffer = buffer
-
-    def data_received(self, data: bytes) -> None:
-        self.buffer.feed(data)
-
-    def eof_received(self) -> bool:
-        self.buffer.feed_eof()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.buffer.feed_eof(f"connection lost: {exc}" if exc else None)
+_CHUNK = 256 * 1024
 
 
 class TcpTransport(BufferedTransport):
-    _transport: asyncio.Transport | None = None
+    _sock: socket.socket | None = None
+    stamped = False
+    """Whether arrivals are the kernel's stamps (else: when the event loop read them)."""
 
     async def open(self) -> None:
         host, port = self.address.target, self.address.port or 0
-        buffer = ReceiveBuffer(self.address)
         loop = asyncio.get_running_loop()
+        sock = await self._connect(loop, host, port)
+        # Commands are small and latency is what we measure: never wait for Nagle.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.stamped = wirestamp.enable(sock)
+        buffer = ReceiveBuffer(self.address)
+        loop.add_reader(sock.fileno(), self._readable, sock, buffer)
+        self._sock, self._buffer = sock, buffer
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, host: str, port: int
+                       ) -> socket.socket:
         try:
-            transport, _ = await loop.create_connection(lambda: _Receiver(buffer), host, port)
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            # Commands are small and latency is what we measure: never wait for Nagle.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._transport, self._buffer = transport, buffer
+        failure: OSError | None = None
+        for family, kind, proto, _, where in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, where)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+        why = (failure.strerror or str(failure)) if failure else "no address"
+        raise ConnectError(f"cannot connect to {self.address}: {why}")
+
+    def _readable(self, sock: socket.socket, buffer: ReceiveBuffer) -> None:
+        try:
+            data, ancillary, _, _ = sock.recvmsg(_CHUNK, wirestamp.ANCILLARY_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._stop_reading(sock)
+            buffer.feed_eof(f"connection lost: {exc.strerror or exc}")
+            return
+        if not data:
+            self._stop_reading(sock)
+            buffer.feed_eof()
+            return
+        buffer.feed(data, wirestamp.arrival_ns(ancillary) if self.stamped else None)
+
+    @staticmethod
+    def _stop_reading(sock: socket.socket) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(sock.fileno())
 
     async def write(self, data: bytes) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
+        sock = self._sock
+        if sock is None or sock.fileno() < 0:
             raise InstrumentClosed(f"{self.address} is not open")
-        transport.write(data)
+        try:
+            await asyncio.get_running_loop().sock_sendall(sock, data)
+        except OSError as exc:
+            raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
 
     async def close(self) -> None:
-        transport, self._transport, self._buffer = self._transport, None, None
-        if transport is not None:
-            transport.abort()
+        sock, self._sock, self._buffer = self._sock, None, None
+        if sock is not None:
+            self._stop_reading(sock)
+            sock.close()
