@@ -52,6 +52,10 @@ class CalientSwitch:
         self.model = SwitchModel(name, options.ports, 0, timing=timing)
         self.faults = Faults()
         self.crs: dict[str, Crs] = {}
+        # Port → connection: a command names each of its ports, and a scan of every
+        # connection per port made a batch's exchange grow with the square of its size.
+        self._by_port: dict[int, Crs] = {}
+        self._ports: dict[str, int] = {}  # AID → port, for the AIDs that were valid
         self.tl1 = SessionInterface("tl1", b";", lambda: CalientTl1Session(self))
 
     def interfaces(self) -> dict[str, Interface]:
@@ -60,6 +64,7 @@ class CalientSwitch:
     def reset(self) -> None:
         self.model.reset()
         self.crs.clear()
+        self._by_port.clear()
         self.faults.clear()
 
     def boot(self) -> None:
@@ -71,6 +76,14 @@ class CalientSwitch:
         return f"1.{slot + 1}.{index + 1}"
 
     def port(self, aid: str) -> int:
+        port = self._ports.get(aid)
+        if port is None:
+            if len(self._ports) > 4 * self.options.ports:  # spellings of one port: " 1.1.1"
+                self._ports.clear()
+            port = self._ports[aid] = self._parse_port(aid)
+        return port
+
+    def _parse_port(self, aid: str) -> int:
         try:
             shelf, slot, index = (int(x) for x in aid.strip().split("."))
         except ValueError:
@@ -82,7 +95,17 @@ class CalientSwitch:
         return port
 
     def using(self, port: int) -> Crs | None:
-        return next((c for c in self.crs.values() if port in (c.src, c.dst)), None)
+        return self._by_port.get(port)
+
+    def add_crs(self, crs: Crs) -> None:
+        self.crs[crs.name] = crs
+        self._by_port[crs.src] = self._by_port[crs.dst] = crs
+
+    def drop_crs(self, crs: Crs) -> None:
+        self.crs.pop(crs.name, None)
+        for port in (crs.src, crs.dst):
+            if self._by_port.get(port) is crs:
+                del self._by_port[port]
 
     def snapshot(self) -> dict[str, Any]:
         data = self.model.snapshot()
@@ -184,9 +207,10 @@ class CalientTl1Session(Tl1Session):
         kind = params[1].upper() if len(params) > 1 and params[1] else "2WAY"
         names = params[2:]
         new: list[Crs] = []
+        taken: set[int] = set()
         for i, (a, b) in enumerate(pairs):
             for p in (a, b):
-                if self.device.using(p) or any(p in (x.src, x.dst) for x in new):
+                if self.device.using(p) or p in taken:
                     raise Deny("SROF", f"Invalid Connection: port {self.device.aid(p)} in use")
                 if self.model.state_of(p) == "F":
                     raise Deny("SROF", f"Failed: port {self.device.aid(p)} has failed")
@@ -196,8 +220,9 @@ class CalientTl1Session(Tl1Session):
             name = names[i] if i < len(names) and names[i] else (
                 f"{self.device.aid(a)}{sep}{self.device.aid(b)}")
             new.append(Crs(a, b, group, name, kind))
+            taken.update((a, b))
         for crs in new:
-            self.device.crs[crs.name] = crs
+            self.device.add_crs(crs)
 
     async def _act_crs(self, c: Tl1Command, t: int) -> None:
         targets = [x for x in self._targets(c) if not x.active]
@@ -228,7 +253,7 @@ class CalientTl1Session(Tl1Session):
     async def _remove(self, targets: list[Crs], t: int) -> None:
         active = [self.model.canonical(x.src, x.dst) for x in targets if x.active]
         for x in targets:
-            self.device.crs.pop(x.name, None)
+            self.device.drop_crs(x)
         await self._move("dlt-crs", [], active, t)
 
     async def _rtrv_crs(self, c: Tl1Command, t: int) -> list[str]:

@@ -91,17 +91,47 @@ class OpticalModel:
         self.watched: set[str] = set()
         """Nodes whose threshold crossings are ground truth (meter channels, receivers)."""
         self._reach: dict[str, set[str]] = {}
+        self._feeds: dict[str, frozenset[str]] = {}
         self._pending: deque[Change] = deque()
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self, device: Transmitting) -> None:
         self.devices[device.name] = device
         self._reach.clear()
+        self._feeds.clear()
 
     def _reach_of(self, source: str) -> set[str]:
         if source not in self._reach:
             self._reach[source] = self.reach(source)
         return self._reach[source]
+
+    def _feeds_of(self, target: str) -> frozenset[str]:
+        """Nodes from which light could reach ``target`` in any switch state (``target``
+        too): a meter's reading follows only the light that can get to it, not the whole
+        lab's (a mesh's interferometers are costly to work out)."""
+        if target not in self._feeds:
+            into: dict[str, set[str]] = defaultdict(set)
+            ports_in: dict[str, set[str]] = defaultdict(set)
+            for fiber in self.fibers:
+                into[fiber.dst].add(fiber.src)
+                if fiber.tap:
+                    into[fiber.tap].add(fiber.src)
+                where = split_node(fiber.dst)
+                if where is not None and where[0] in self.devices:
+                    ports_in[where[0]].add(fiber.dst)
+            seen = {target}
+            frontier = [target]
+            while frontier:
+                node = frontier.pop()
+                sources = set(into.get(node, ()))
+                where = split_node(node)
+                if where is not None and where[0] in self.devices and node in self._out:
+                    sources |= ports_in[where[0]]  # out of a device: from any port into it
+                for source in sources - seen:
+                    seen.add(source)
+                    frontier.append(source)
+            self._feeds[target] = frozenset(seen)
+        return self._feeds[target]
 
     def add_meter(self, name: str, channels: int) -> None:
         self.meters[name] = channels
@@ -127,16 +157,20 @@ class OpticalModel:
                         frontier.append(src)
         return devices
 
-    def powers(self, times: np.ndarray, *, through: str | None = None
-               ) -> dict[str, np.ndarray]:
+    def powers(self, times: np.ndarray, *, through: str | None = None,
+               to: str | None = None) -> dict[str, np.ndarray]:
         """Power (mW) arriving at every node the light reaches, at each time; with
-        ``through``, only light from sources that can pass that device."""
+        ``through``, only light from sources that can pass that device; with ``to``, only
+        light that can reach that node (the others' figures are then incomplete)."""
         times = np.asarray(times, dtype=np.int64)
+        feeds = self._feeds_of(to) if to is not None else None
         acc: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(times.shape))
         for endpoint in self.endpoints.values():
             if endpoint.launch_dbm is None:
                 continue
             if through is not None and through not in self._reach_of(endpoint.id):
+                continue
+            if feeds is not None and endpoint.id not in feeds:
                 continue
             start = np.full(times.shape, 10 ** (endpoint.launch_dbm / 10))
             stack: list[tuple[str, np.ndarray, frozenset[str]]] = [
@@ -144,27 +178,33 @@ class OpticalModel:
             while stack:
                 node, power, seen = stack.pop()
                 for fiber in self._out.get(node, ()):
+                    onward = feeds is None or fiber.dst in feeds
+                    if not onward and fiber.tap != to:
+                        continue
                     carried = power * 10 ** (-fiber.loss_db / 10)
                     if fiber.tap:
                         acc[fiber.tap] += carried * fiber.tap_ratio
                         carried = carried * (1 - fiber.tap_ratio)
                     acc[fiber.dst] += carried
                     where = split_node(fiber.dst)
-                    if where is None or fiber.dst in seen or where[0] not in self.devices:
+                    if (not onward or where is None or fiber.dst in seen
+                            or where[0] not in self.devices):
                         continue
                     device, port = where
                     for other, fraction in self.devices[device].transmissions(
                             port, times).items():
+                        leaving = f"{device}:{other}"
+                        if feeds is not None and leaving not in feeds:
+                            continue
                         out = carried * fraction
                         if not out.any():
                             continue
-                        leaving = f"{device}:{other}"
                         acc[leaving] += out
                         stack.append((leaving, out, seen | {fiber.dst}))
         return dict(acc)
 
     def dbm(self, node: str, times: np.ndarray) -> np.ndarray:
-        mw = self.powers(times).get(node)
+        mw = self.powers(times, to=node).get(node)
         if mw is None:
             return np.full(np.shape(times), DARK_DBM)
         return to_dbm(mw)

@@ -32,6 +32,8 @@ class Tl1Command:
 
 def split_fields(text: str) -> list[str]:
     """Split on ``:`` outside double quotes."""
+    if '"' not in text:
+        return text.split(":")
     fields: list[str] = []
     current: list[str] = []
     quote = False

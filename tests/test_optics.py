@@ -71,3 +71,33 @@ async def test_failed_port_goes_dark_from_the_moment_it_failed() -> None:
     after = time.monotonic_ns()
     levels = optics.dbm("pm:1", np.array([before - 1, after + 1], dtype=np.int64))
     assert levels[0] == pytest.approx(-9.0) and levels[1] == pytest.approx(-90)
+
+
+async def test_a_nodes_power_alone_is_what_the_whole_lab_gives_it() -> None:
+    """A meter's reading follows only the light that can reach it: on the demo lab, with
+    circuits on every switch, before, during and after their transients, each watched
+    node's power worked out alone equals its power in the whole lab's."""
+    from labd.emulate import emulated_lab
+    from labd.labfile import load_lab
+
+    emulated, _ = emulated_lab(load_lab("demo"))
+    async with emulated:
+        optics = emulated.optics
+        assert optics is not None
+        began = time.monotonic_ns()
+        for name, pairs in (("ocs1", [(1, 18), (2, 17)]), ("ocs2", [(1, 33), (3, 35)]),
+                            ("ocs3", [(1, 2)])):
+            emulated.set_timing(name, {"switch_time_ms": 4, "jitter_ms": 0})
+            model = emulated.device(name).model  # type: ignore[attr-defined]
+            connect, drop = model.plan_connect(pairs)
+            await model.change("test", "add", connect, drop, time.monotonic_ns())
+        times = np.arange(began - 1_000_000, time.monotonic_ns(), 250_000)
+        whole = optics.powers(times)
+        lit = [node for node in optics.watched if node in whole and whole[node].max() > 1e-4]
+        assert len(lit) >= 3
+        for node in sorted(optics.watched):
+            alone = optics.powers(times, to=node).get(node)
+            if node not in whole:
+                assert alone is None
+            else:
+                assert alone is not None and np.allclose(alone, whole[node], rtol=1e-12)
