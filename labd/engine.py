@@ -346,16 +346,23 @@ class Engine:
 
     async def _start_watches(self, watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
                              ) -> list[LightWatch]:
-        started = []
+        # One watch per meter and direction, all its channels at once: watches started one
+        # channel after another would each begin their window before the next is armed,
+        # and a slow meter would see the first windows end before the change was sent.
+        groups: dict[tuple[str, bool], list[int]] = {}
         for (meter, channel), (_, present) in watches.items():
+            groups.setdefault((meter, present), []).append(channel)
+        started = []
+        for (meter, present), channels in groups.items():
             try:
                 started.append(await LightWatch.start(
-                    self.meters[meter], [channel], present=present,
+                    self.meters[meter], sorted(channels), present=present,
                     threshold_dbm=self.lab.lab.light_threshold_dbm,
                     window_s=self.light_window_s, resolution_s=self.light_resolution_s))
             except InstrumentError as exc:
-                self.hub.publish("warning", {"detail": f"light verification on {meter}:"
-                                                       f"{channel} unavailable: {exc}"})
+                where = ", ".join(f"{meter}:{c}" for c in sorted(channels))
+                self.hub.publish("warning", {"detail": f"light verification on {where} "
+                                                       f"unavailable: {exc}"})
         return started
 
     async def _finish_watches(self, watches: list[LightWatch]) -> int:

@@ -2,6 +2,7 @@
 store against the emulators' ground truth, events on the WebSocket, bad input refused."""
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +18,27 @@ from labd.daemon import Daemon
 from labd.emulate import emulated_lab, endpoint_of
 from labd.labfile import Lab, load_lab
 
-LAB = """
+
+def metered(src: str, dst: str, ingress: int, egress: int, channel: int) -> str:
+    """A path through ocs1 from ``src`` to ``dst``, its receiving fibre tapped to pm1."""
+    return f"""
+[[endpoint]]
+id = "{src}"
+launch_dbm = 0
+[[endpoint]]
+id = "{dst}"
+[[fiber]]
+from = "{src}"
+to = "ocs1:{ingress}"
+[[fiber]]
+from = "ocs1:{egress}"
+to = "{dst}"
+tap = "pm1:{channel}"
+tap_ratio = 0.1
+"""
+
+
+INSTRUMENTS = """
 [lab]
 name = "bench"
 
@@ -48,21 +69,8 @@ emulate = true
 [instrument.emulator]
 options = { noise_db = 0.0 }
 
-[[endpoint]]
-id = "a"
-launch_dbm = 0
-[[endpoint]]
-id = "b"
-
-[[fiber]]
-from = "a"
-to = "ocs1:1"
-[[fiber]]
-from = "ocs1:9"
-to = "b"
-tap = "pm1:1"
-tap_ratio = 0.1
 """
+LAB = INSTRUMENTS + metered("a", "b", 1, 9, 1)
 TOKEN = "test-token"
 Running = tuple[Daemon, EmulatedLab]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -75,8 +83,8 @@ def lab(tmp_path: Path) -> Lab:
     return load_lab(path)
 
 
-@pytest.fixture
-async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
+@contextlib.asynccontextmanager
+async def daemon_on(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
     emulated, entries = emulated_lab(lab)
     async with emulated:
         daemon = Daemon(lab, db=str(tmp_path / "store.sqlite"), port=0, token=TOKEN,
@@ -87,6 +95,12 @@ async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
             yield daemon, emulated
         finally:
             await daemon.stop()
+
+
+@pytest.fixture
+async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
+    async with daemon_on(lab, tmp_path) as both:
+        yield both
 
 
 async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running: Running) -> None:
@@ -411,3 +425,23 @@ async def test_api_connections_send_small_writes_at_once(running: Running) -> No
         (connection,) = server.server_state.connections
         sock = connection.transport.get_extra_info("socket")  # type: ignore[attr-defined]
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+async def test_a_change_on_several_metered_paths_is_watched_from_one_moment(
+        tmp_path: Path) -> None:
+    """Every channel a change lights is logged from the same start, armed in one exchange
+    with the meter: armed one after another, the first windows could end before the change
+    was even sent."""
+    path = tmp_path / "lab.toml"
+    path.write_text(INSTRUMENTS + "".join(metered(f"a{i}", f"b{i}", i, i + 8, i)
+                                          for i in (1, 2, 3)))
+    async with daemon_on(load_lab(path), tmp_path) as (daemon, _), httpx.AsyncClient(
+            base_url=daemon.url, headers=AUTH) as http:
+        r = await http.post("/v1/switches/ocs1/connections",
+                            json={"pairs": [[1, 9], [2, 10], [3, 11]]})
+        result = r.json()
+        assert result["outcome"] == "ok", result
+        traces = (await http.get(f"/v1/reconfigurations/{result['id']}/traces")).json()
+    assert sorted(t["channel"] for t in traces) == [1, 2, 3]
+    assert len({t["start_ns"] for t in traces}) == 1
+    assert all(t["dbm"][0] < -60 and t["dbm"][-1] > -30 for t in traces)
