@@ -187,7 +187,8 @@ class Endpoint:
 
     async def start(self) -> str:
         if self.serve == "tcp":
-            listener = socket.create_server((self.host, self.port), reuse_port=False)
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            listener = socket.create_server((self.host, self.port), family=family)
             listener.setblocking(False)
             self._listener = listener
             sock_host, sock_port = listener.getsockname()[:2]
