@@ -430,7 +430,12 @@ class LabApp(App[None]):
         self.event_lines.append((kind, line))
         wanted = self.event_filter.lower()
         if not wanted or wanted in line.plain.lower():
-            self.query_one("#eventlog", RichLog).write(line)
+            # The log lives on the main screen: look there, not on a dialog that may be on
+            # top, and not at all once the app is closing (the line is kept either way).
+            logs = list(self.screen_stack[0].query("#eventlog").results(RichLog)) \
+                if self.screen_stack else []
+            if logs:
+                logs[0].write(line)
 
     async def _apply(self, event: dict[str, Any]) -> None:
         kind, data = event.get("kind", ""), event.get("data", {})
