@@ -70,6 +70,7 @@ _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _STAMPED = sys.platform == "linux" and platform.machine() in (
     "x86_64", "aarch64", "i686", "armv7l", "riscv64", "s390x", "ppc64le")
 _TIMESPEC = struct.Struct("@qq")
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 class TcpLine:
@@ -98,7 +99,7 @@ class TcpLine:
 
     def _readable(self) -> None:
         try:
-            data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(_TIMESPEC.size))
+            data, ancillary, _, _ = self.sock.recvmsg(65536, _ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
