@@ -100,11 +100,13 @@ class CalientTl1(Tl1Switch):
         for aid in self._pair_aids(pairs):
             await self._cmd(link, "ENT-CRS", aid, f"{self.group},2WAY")
         for aid in self._pair_aids(pairs):
+            link.activating()  # the mirrors move on ACT-CRS, not on ENT-CRS
             await self._cmd(link, "ACT-CRS", aid)
 
     async def _disconnect(self, link: Link, lows: list[int]) -> None:
         pairs = [(a, self.expected[a]) for a in lows if a in self.expected]
         for aid in self._pair_aids(pairs):
+            link.activating()  # the mirrors move on CANC-CRS; DLT-CRS only forgets
             await self._cmd(link, "CANC-CRS", aid)
         for aid in self._pair_aids(pairs):
             await self._cmd(link, "DLT-CRS", aid)

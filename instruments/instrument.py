@@ -35,6 +35,10 @@ class Instrument(EventSource, abc.ABC):
         self.exchanged: tuple[int | None, int | None] = (None, None)
         """The latest operation's first write and last reply (CLOCK_MONOTONIC ns, when the
         bytes left and arrived): its time on the wire, free of the scheduling around it."""
+        self.activation: tuple[int | None, int | None] = (None, None)
+        """Of the latest operation, the commands that moved the light: when the first left
+        and the reply to the last arrived. The same as :attr:`exchanged` but for a switch
+        whose change takes commands that only prepare or tidy up around those."""
 
     async def open(self) -> None:
         await self.connection.open()
@@ -59,6 +63,7 @@ class Instrument(EventSource, abc.ABC):
             link.mark()
             result = await exchange(link)
             self.exchanged = (link.sent_ns, link.answered_ns)
+            self.activation = (link.activated_ns, link.acknowledged_ns)
             return result
 
         return await self.connection.run(timed)

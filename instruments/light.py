@@ -8,6 +8,9 @@ then await :meth:`LightWatch.result`::
     await switch.connect([(1, 17), (2, 18)])
     arrived = await watch.result()          # {1: monotonic ns, 2: monotonic ns}
 
+``present`` may also say per channel what is awaited (``{1: True, 2: False}``: light on 1,
+none on 2), so one watch, armed in one exchange, covers a change that moves light both ways.
+
 A meter with a logging function (Keysight N77xx) records one trace per channel over
 ``window_s`` at ``resolution_s`` and the crossing is interpolated between samples; others are
 polled, and each reading is placed at the middle of its round trip.
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,8 +38,8 @@ class LightTimeout(InstrumentTimeout):
 @dataclass
 class LightWatch:
     meter: PowerMeter
-    channels: list[int]
-    present: bool
+    wanted: dict[int, bool]
+    """Per channel: True awaits light present, False light gone."""
     threshold_dbm: float
     window_s: float
     resolution_s: float
@@ -46,14 +50,17 @@ class LightWatch:
     _poller: asyncio.Task[dict[int, int]] | None = field(default=None, repr=False)
 
     @classmethod
-    async def start(cls, meter: PowerMeter, channels: list[int], *, present: bool = True,
-                    threshold_dbm: float = -30.0, window_s: float = 0.2,
-                    resolution_s: float = 1e-4) -> LightWatch:
-        """Begin watching. ``window_s`` bounds the wait (the timeout); ``resolution_s`` is
-        the logging sample time on meters that log."""
+    async def start(cls, meter: PowerMeter, channels: list[int], *,
+                    present: bool | Mapping[int, bool] = True, threshold_dbm: float = -30.0,
+                    window_s: float = 0.2, resolution_s: float = 1e-4) -> LightWatch:
+        """Begin watching. ``present``: what to await, on every channel or per channel;
+        ``window_s`` bounds the wait (the timeout); ``resolution_s`` is the logging sample
+        time on meters that log."""
         for channel in channels:
             meter.check_channel(channel)
-        watch = cls(meter, list(channels), present, threshold_dbm, window_s, resolution_s)
+        wanted = {c: (present if isinstance(present, bool) else bool(present[c]))
+                  for c in channels}
+        watch = cls(meter, wanted, threshold_dbm, window_s, resolution_s)
         if meter.supports_logging:
             points = max(1, math.ceil(window_s / resolution_s))
             watch.started_ns = await meter.start_logging(watch.channels, points, resolution_s)
@@ -62,8 +69,12 @@ class LightWatch:
             watch._poller = asyncio.create_task(watch._poll(), name=f"light-{meter.name}")
         return watch
 
-    def _met(self, dbm: float) -> bool:
-        return dbm >= self.threshold_dbm if self.present else dbm < self.threshold_dbm
+    @property
+    def channels(self) -> list[int]:
+        return list(self.wanted)
+
+    def _met(self, channel: int, dbm: float) -> bool:
+        return dbm >= self.threshold_dbm if self.wanted[channel] else dbm < self.threshold_dbm
 
     async def result(self) -> dict[int, int]:
         """Monotonic ns at which each channel crossed the threshold. Raises
@@ -81,18 +92,17 @@ class LightWatch:
         for channel in self.channels:
             trace = await self.meter.fetch_log(channel)
             self.traces[channel] = trace
-            at = self._crossing(trace)
+            at = self._crossing(channel, trace)
             if at is None:
-                last = trace[-1] if trace.size else float("nan")
-                missing.append(f"channel {channel} (last {last:.1f} dBm)")
+                missing.append(self._missing(channel, trace[-1] if trace.size else math.nan))
             else:
                 found[channel] = at
         if missing:
             raise self._timeout(missing)
         return found
 
-    def _crossing(self, trace: np.ndarray) -> int | None:
-        met = trace >= self.threshold_dbm if self.present else trace < self.threshold_dbm
+    def _crossing(self, channel: int, trace: np.ndarray) -> int | None:
+        met = trace >= self.threshold_dbm if self.wanted[channel] else trace < self.threshold_dbm
         hits = np.flatnonzero(met)
         if hits.size == 0:
             return None
@@ -119,14 +129,13 @@ class LightWatch:
                 dbm = await self.meter.read_power(channel)
                 received = time.monotonic_ns()
                 last[channel] = dbm
-                if self._met(dbm):
+                if self._met(channel, dbm):
                     found[channel] = await self._locate(channel, sent, received, dbm,
                                                         previous.get(channel))
                     pending.discard(channel)
                 previous[channel] = dbm
             if pending and time.monotonic_ns() > deadline:
-                raise self._timeout([f"channel {c} (last {last[c]:.1f} dBm)"
-                                     for c in sorted(pending)])
+                raise self._timeout([self._missing(c, last[c]) for c in sorted(pending)])
         return found
 
     async def _locate(self, channel: int, sent: int, received: int, dbm: float,
@@ -140,17 +149,20 @@ class LightWatch:
             return (sent + received) // 2
         end = received
         start = max(sent, end - width)
-        if self.present:
+        if self.wanted[channel]:
             full = await self.meter.read_power(channel)
             fraction = _ratio(dbm, full)
             return int(end - fraction * (end - start))
         fraction = _ratio(dbm, before)
         return int(start + fraction * (end - start))
 
+    def _missing(self, channel: int, last_dbm: float) -> str:
+        wanted = "present" if self.wanted[channel] else "gone"
+        return f"not {wanted} on channel {channel} (last {last_dbm:.1f} dBm)"
+
     def _timeout(self, missing: list[str]) -> LightTimeout:
-        wanted = "present" if self.present else "gone"
-        return LightTimeout(f"light not {wanted} (threshold {self.threshold_dbm:g} dBm) within "
-                            f"{self.window_s:g} s on {', '.join(missing)}",
+        return LightTimeout(f"light {'; '.join(missing)} within {self.window_s:g} s of the "
+                            f"watch starting (threshold {self.threshold_dbm:g} dBm)",
                             instrument=self.meter.name)
 
     async def cancel(self) -> None:

@@ -50,10 +50,32 @@ class Link:
         """When the first write since :meth:`mark` left (CLOCK_MONOTONIC ns)."""
         self.answered_ns: int | None = None
         """When the bytes of the latest read arrived, as the transport saw them."""
+        self._activated_ns: int | None = None
+        self._acknowledged_ns: int | None = None
+        self._activating = self._moving = False
 
     def mark(self) -> None:
         """Start timing an exchange: :attr:`sent_ns` becomes its first write's time."""
-        self.sent_ns = self.answered_ns = None
+        self.sent_ns = self.answered_ns = self._activated_ns = self._acknowledged_ns = None
+        self._activating = self._moving = False
+
+    def activating(self) -> None:
+        """The next write is a command that moves the light. Drivers whose changes take
+        several commands, some only preparing or tidying up (a CALIENT's ENT-CRS before
+        ACT-CRS, DLT-CRS after CANC-CRS), say so before each one that moves it."""
+        self._activating = True
+
+    @property
+    def activated_ns(self) -> int | None:
+        """When the first command that moved the light left: the first write, unless the
+        driver marked the ones that do (:meth:`activating`)."""
+        return self._activated_ns or self.sent_ns
+
+    @property
+    def acknowledged_ns(self) -> int | None:
+        """When the reply to the last command that moved the light arrived: the latest
+        read, unless the driver marked the commands that do (:meth:`activating`)."""
+        return self._acknowledged_ns or self.answered_ns
 
     @property
     def is_open(self) -> bool:
@@ -76,8 +98,12 @@ class Link:
         if self._debug:
             shown = data.replace(secret, b"***") if secret else data
             wire_log.debug("%s >> %r", self.name, shown)
-        if self.sent_ns is None:
-            self.sent_ns = time.monotonic_ns()
+        if self.sent_ns is None or self._activating:
+            now = time.monotonic_ns()
+            self.sent_ns = self.sent_ns or now
+            if self._activating:
+                self._activated_ns = self._activated_ns or now
+        self._moving, self._activating = self._activating, False
         await self._transport.write(data)
 
     async def write(self, message: str, *, secret: str | None = None) -> None:
@@ -103,6 +129,8 @@ class Link:
             exc.instrument = exc.instrument or self.name
             raise
         self.answered_ns = getattr(self._transport, "arrived_ns", 0) or time.monotonic_ns()
+        if self._moving:
+            self._acknowledged_ns = self.answered_ns
         if self._debug:
             wire_log.debug("%s << %r", self.name, data)
         return data

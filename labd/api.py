@@ -29,9 +29,6 @@ from labd.wiring import CircuitRoute, circuits
 if TYPE_CHECKING:
     from labd.daemon import Daemon
 
-PHASES = ("requested", "dispatched", "acknowledged", "light", "done")
-
-
 #: Why a change was asked for, as the store records it (recovery is the daemon's own).
 Cause = Literal["api", "measurement", "schedule"]
 
@@ -100,7 +97,8 @@ def row_dict(row: Reconfiguration) -> dict[str, Any]:
         "error": row.error, "batch_size": row.batch_size,
         "wall_time": row.wall_time.isoformat(),
         "phases": {"requested": row.requested_ns, "dispatched": row.dispatched_ns,
-                   "acknowledged": row.acked_ns, "light": row.light_ns, "done": row.done_ns},
+                   "activated": row.activated_ns, "acknowledged": row.acked_ns,
+                   "light": row.light_ns, "done": row.done_ns},
         "connected": [[c.a, c.b] for c in row.changes if c.action == "connect"],
         "disconnected": [[c.a, c.b] for c in row.changes if c.action == "disconnect"],
     }
@@ -380,6 +378,8 @@ def create_app(daemon: Daemon) -> FastAPI:
                 "queued": [(p["dispatched"] - p["requested"]) for p in mine if p["dispatched"]],
                 "device": [(p["acknowledged"] - p["dispatched"]) for p in mine
                            if p["acknowledged"] and p["dispatched"]],
+                "switching": [(p["acknowledged"] - p["activated"]) for p in mine
+                              if p["acknowledged"] and p["activated"]],
                 "light": [(p["light"] - p["dispatched"]) for p in mine
                           if p["light"] and p["dispatched"]],
                 "total": [(p["done"] - p["requested"]) for p in mine],

@@ -11,7 +11,7 @@ it found it, also when it is interrupted. Patterns:
 - ``sweep``: ``random`` for k = 1, 2, 4, … up to every free pair (the largest batch last).
 
 Every row is the daemon's record of one reconfiguration (its phases in monotonic ns: requested,
-dispatched, acknowledged, light, done) plus the pattern and batch size.
+dispatched, activated, acknowledged, light, done) plus the pattern and batch size.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from labd.stats import percentile
 
 PATTERNS = ("toggle", "random", "permutation", "sweep")
 #: Phase spans reported, each (name, from phase, to phase).
-SPANS = (("device", "dispatched", "acknowledged"), ("light", "dispatched", "light"),
-         ("software", "requested", "dispatched"), ("total", "requested", "done"))
+SPANS = (("device", "dispatched", "acknowledged"), ("switching", "activated", "acknowledged"),
+         ("light", "dispatched", "light"), ("software", "requested", "dispatched"),
+         ("total", "requested", "done"))
 
 
 class CampaignError(LabdError):

@@ -61,6 +61,11 @@ class Unavailable(RequestError):
     status = 503
 
 
+#: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
+#: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
+PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
+
+
 @dataclass
 class Result:
     id: int
@@ -173,7 +178,8 @@ class Engine:
         watches = self._paths_for(name, make, brk) if verify_light else {}
         keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
         phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
-                                         "acknowledged": None, "light": None, "done": None}
+                                         "activated": None, "acknowledged": None,
+                                         "light": None, "done": None}
         outcome, error = "ok", None
         async with self.reservations.hold(keys):
             # Plan again under the reservation: a request ahead of us may have moved things
@@ -185,22 +191,31 @@ class Engine:
             started = await self._start_watches(watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
+                # Per operation (a change is a replace, or a break then a make): its first
+                # command out, and its commands that moved the light (first out, last in).
+                wire: list[tuple[int | None, int | None, int | None]] = []
                 if replace is not None:
                     await switch.replace(replace)
-                    sent, answered = switch.exchanged
+                    wire.append((switch.exchanged[0], *switch.activation))
                 else:
-                    sent = answered = None
                     if brk:
                         await switch.disconnect([a for a, _ in brk])
-                        sent, answered = switch.exchanged
+                        wire.append((switch.exchanged[0], *switch.activation))
                     if make:
                         await switch.connect(make)
-                        sent, answered = sent or switch.exchanged[0], switch.exchanged[1]
-                acked = time.monotonic_ns()
-                # The device's own time: from the command leaving to its reply arriving, not
-                # counting the event loop's turns around them.
-                if sent is not None and answered is not None and switch.done_on_reply:
-                    phases["dispatched"], acked = max(phases["dispatched"] or 0, sent), answered
+                        wire.append((switch.exchanged[0], *switch.activation))
+                dispatched = phases["dispatched"] or 0
+                acked, activated = time.monotonic_ns(), dispatched
+                sent, moved, answered = ((wire[0][0], wire[0][1], wire[-1][2]) if wire
+                                         else (None, None, None))
+                # The device's own time: from the command leaving to the reply to the one
+                # that moved the light arriving, not counting the event loop's turns around
+                # them (nor a two-phase switch's tidying up after it).
+                if (sent is not None and moved is not None and answered is not None
+                        and switch.done_on_reply):
+                    dispatched = max(dispatched, sent)
+                    activated, acked = max(dispatched, moved), answered
+                phases["dispatched"], phases["activated"] = dispatched, activated
                 phases["acknowledged"] = acked
                 if on_acknowledged is not None:
                     on_acknowledged(name, acked)
@@ -235,7 +250,8 @@ class Engine:
             row_id = await self.store.record(ReconfigurationRecord(
                 switch=name, cause=cause, outcome=outcome, error=error, connected=make,
                 disconnected=brk, requested_ns=requested, dispatched_ns=phases["dispatched"],
-                acked_ns=phases["acknowledged"], light_ns=phases["light"],
+                activated_ns=phases["activated"], acked_ns=phases["acknowledged"],
+                light_ns=phases["light"],
                 done_ns=phases["done"] or time.monotonic_ns(),
                 intended=dict(self.intended[name]) if replace is not None else None,
                 update_intended=outcome != "failed"))
@@ -346,17 +362,18 @@ class Engine:
 
     async def _start_watches(self, watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
                              ) -> list[LightWatch]:
-        # One watch per meter and direction, all its channels at once: watches started one
-        # channel after another would each begin their window before the next is armed,
-        # and a slow meter would see the first windows end before the change was sent.
-        groups: dict[tuple[str, bool], list[int]] = {}
+        # One watch per meter, every channel (light coming or going) armed in one exchange:
+        # watches started one after another would each begin their window before the next
+        # is armed, and a slow meter would see the first windows end before the change.
+        groups: dict[str, dict[int, bool]] = {}
         for (meter, channel), (_, present) in watches.items():
-            groups.setdefault((meter, present), []).append(channel)
+            groups.setdefault(meter, {})[channel] = present
         started = []
-        for (meter, present), channels in groups.items():
+        for meter, wanted in groups.items():
+            channels = sorted(wanted)
             try:
                 started.append(await LightWatch.start(
-                    self.meters[meter], sorted(channels), present=present,
+                    self.meters[meter], channels, present=wanted,
                     threshold_dbm=self.lab.lab.light_threshold_dbm,
                     window_s=self.light_window_s, resolution_s=self.light_resolution_s))
             except InstrumentError as exc:

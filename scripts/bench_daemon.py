@@ -131,7 +131,8 @@ async def store_throughput(rows: int) -> tuple[float, list[float]]:
             pending.append(asyncio.ensure_future(store.record(ReconfigurationRecord(
                 switch=f"s{i % 8}", cause="measurement", outcome="ok", error=None,
                 connected=[(i % 16 + 1, 17 + i % 16)], disconnected=[], requested_ns=now,
-                dispatched_ns=now, acked_ns=now, light_ns=None, done_ns=now))))
+                dispatched_ns=now, activated_ns=now, acked_ns=now, light_ns=None,
+                done_ns=now))))
             if i % 50 == 49:
                 await asyncio.sleep(0)
             if len(pending) >= 500:  # at most this many waiting on the writer at once

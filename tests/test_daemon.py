@@ -140,8 +140,10 @@ async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running:
                         *zip(rows[:4][::-1], [c for c in truth["ocs2"]], strict=True)]:
         p = row["phases"]
         assert p["requested"] <= p["dispatched"] <= p["acknowledged"] <= p["done"]
-        # The device's truth sits inside what labd recorded.
-        assert p["dispatched"] <= change["arrived_ns"] <= change["settled_ns"]
+        # The device's truth sits inside what labd recorded, from the command that moved
+        # the light: the Polatis's only one, the CALIENT's ACT-CRS after ENT-CRS.
+        assert p["dispatched"] <= p["activated"] <= change["arrived_ns"] <= change["settled_ns"]
+        assert (p["activated"] == p["dispatched"]) == (row["switch"] == "ocs1")
         assert change["settled_ns"] <= p["acknowledged"]
     made = rows[-1]["phases"]
     (arrived,) = [c for c in light if c["direction"] == "rise" and c["node"] == "pm1:1"]

@@ -94,6 +94,27 @@ async def test_ground_truth_brackets_what_the_driver_measured(lab: EmulatedLab) 
     assert change["connected"] == [[5, 21]]
 
 
+async def test_a_two_phase_switch_says_which_command_moved_the_light(
+        lab: EmulatedLab) -> None:
+    async with driver(lab, "calient-tl1") as cal, driver(lab, "polatis-scpi") as ocs:
+        await cal.connect([(7, 40)])  # ENT-CRS, then ACT-CRS moves the mirrors
+        sent, answered = cal.exchanged
+        activated, acknowledged = cal.activation
+        assert None not in (sent, answered, activated, acknowledged)
+        (act,) = lab.truth("cal")["changes"][-1:]
+        assert act["op"] == "act-crs"
+        assert sent < activated <= act["arrived_ns"] <= act["settled_ns"] <= acknowledged
+        assert acknowledged == answered
+        await cal.disconnect([7])  # CANC-CRS moves them, DLT-CRS only forgets the name
+        canc = next(c for c in lab.truth("cal")["changes"] if c["op"] == "canc-crs")
+        sent, answered = cal.exchanged
+        activated, acknowledged = cal.activation
+        assert sent == activated <= canc["arrived_ns"] <= canc["settled_ns"] <= acknowledged
+        assert acknowledged < answered  # the DLT-CRS exchange came after
+        await ocs.connect([(6, 22)])  # one command: it is the one that moves the light
+        assert ocs.activation == ocs.exchanged
+
+
 async def test_many_callers_one_command_on_the_wire(lab: EmulatedLab) -> None:
     async with driver(lab, "polatis-scpi") as sw:
         await asyncio.gather(*(sw.connect([(i, 16 + i)]) for i in range(1, 17)),

@@ -121,6 +121,27 @@ async def test_logging_trace_shows_the_transient(lab: EmulatedLab) -> None:
     assert command + 145 <= arrived <= command + 185
 
 
+async def test_one_watch_sees_light_leave_one_channel_and_arrive_on_another(
+        lab: EmulatedLab) -> None:
+    lab.set_timing("ocs1", {"switch_time_ms": 10, "jitter_ms": 0})
+    async with PolatisScpi(lab.endpoints["ocs1"]["scpi"], name="ocs1") as sw, \
+            KeysightN77xx(lab.endpoints["pm1"]["scpi"], name="pm1") as pm:
+        await sw.connect([(1, 17)])
+        seen = len(lab.light())
+        watch = await LightWatch.start(pm, [1, 2], present={1: False, 2: True}, window_s=0.05)
+        await sw.replace({1: 18})
+        found = await watch.result()
+        truth = {c["node"]: c for c in lab.light()[seen:]}
+        assert truth["pm1:1"]["direction"] == "fall" and truth["pm1:2"]["direction"] == "rise"
+        for channel in (1, 2):
+            assert abs(found[channel] - truth[f"pm1:{channel}"]["at_ns"]) < 2_000_000
+        # Asked the other way round, neither channel does what the watch awaits.
+        watch = await LightWatch.start(pm, [1, 2], present={1: True, 2: False}, window_s=0.02)
+        with pytest.raises(LightTimeout, match=r"not present on channel 1 .*; "
+                                               r"not gone on channel 2 "):
+            await watch.result()
+
+
 async def test_a_log_that_never_completes_is_a_timeout(lab: EmulatedLab) -> None:
     async with KeysightN77xx(lab.endpoints["pm1"]["scpi"], name="pm1") as pm:
         await pm.start_logging([1], 100_000, 1e-3)  # 100 s of log
@@ -189,7 +210,7 @@ async def test_light_verification_agrees_with_ground_truth(lab: EmulatedLab,
         dark = 2 if meter == "pm1" else 1
         if meter == "pm2":
             await sw.disconnect([2])
-        with pytest.raises(LightTimeout, match=rf"light not present .* channel {dark} \(last"):
+        with pytest.raises(LightTimeout, match=rf"light not present on channel {dark} \(last"):
             await (await LightWatch.start(pm, [dark], window_s=0.02)).result()
 
 

@@ -43,7 +43,8 @@ def row(i: int) -> ReconfigurationRecord:
     now = time.monotonic_ns()
     return ReconfigurationRecord(switch=f"s{i % 3}", cause="api", outcome="ok", error=None,
                                  connected=[(i, i + 100)], disconnected=[], requested_ns=now,
-                                 dispatched_ns=now + 1, acked_ns=now + 2, light_ns=None,
+                                 dispatched_ns=now + 1, activated_ns=now + 1, acked_ns=now + 2,
+                                 light_ns=None,
                                  done_ns=now + 3)
 
 

@@ -149,8 +149,10 @@ HELP = {
                 "light verified → links up → job restarted → collectives ready → first step. "
                 "d runs a failover drill: a member's GPU fails, the daemon swaps a spare in, "
                 "then the member is repaired and returned to the spares.",
-    "reconfigurations": "Per switch and phase: device (dispatched → acknowledged), light "
-                        "(dispatched → light verified), software (requested → dispatched) "
+    "reconfigurations": "Per switch and phase: device (dispatched → acknowledged), "
+                        "switching (the command that moves the light → acknowledged; "
+                        "device but for a CALIENT's ENT-CRS), light (dispatched → light "
+                        "verified), software (requested → dispatched) "
                         "and total: n, p50, p99, max and the last 60 as a sparkline. Below, "
                         "recent reconfigurations: cause, outcome, pairs and phases. m starts "
                         "a latency measurement (toggle, random, permutation or sweep) on a "

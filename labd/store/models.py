@@ -37,6 +37,9 @@ class Reconfiguration(Base):
     batch_size: Mapped[int] = mapped_column(Integer)
     requested_ns: Mapped[int] = mapped_column(BigInteger)
     dispatched_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    activated_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """When the command that moved the light left: dispatched_ns, but on a switch that
+    prepares a change before making it (CALIENT: ENT-CRS, then ACT-CRS)."""
     acked_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     light_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     done_ns: Mapped[int] = mapped_column(BigInteger)

@@ -50,6 +50,7 @@ class ReconfigurationRecord:
     disconnected: Sequence[tuple[int, int]]
     requested_ns: int
     dispatched_ns: int | None
+    activated_ns: int | None
     acked_ns: int | None
     light_ns: int | None
     done_ns: int
@@ -235,7 +236,8 @@ class Store:
 
 _SQLITE_RECONFIGURATION = (
     "INSERT INTO reconfigurations (switch, cause, outcome, error, batch_size, requested_ns, "
-    "dispatched_ns, acked_ns, light_ns, done_ns, wall_time) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+    "dispatched_ns, activated_ns, acked_ns, light_ns, done_ns, wall_time) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
@@ -250,7 +252,8 @@ def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord])
             "%Y-%m-%d %H:%M:%S.%f")
         cursor.execute(_SQLITE_RECONFIGURATION, (
             r.switch, r.cause, r.outcome, r.error, len(r.connected) + len(r.disconnected),
-            r.requested_ns, r.dispatched_ns, r.acked_ns, r.light_ns, r.done_ns, wall))
+            r.requested_ns, r.dispatched_ns, r.activated_ns, r.acked_ns, r.light_ns, r.done_ns,
+            wall))
         rid = int(cursor.lastrowid or 0)
         ids.append(rid)
         changes.extend((rid, "connect", a, b) for a, b in r.connected)
@@ -283,7 +286,8 @@ def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -
     rows = [{"switch": r.switch, "cause": r.cause, "outcome": r.outcome, "error": r.error,
              "batch_size": len(r.connected) + len(r.disconnected),
              "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
-             "acked_ns": r.acked_ns, "light_ns": r.light_ns, "done_ns": r.done_ns,
+             "activated_ns": r.activated_ns, "acked_ns": r.acked_ns, "light_ns": r.light_ns,
+             "done_ns": r.done_ns,
              "wall_time": r.wall_time} for r in records]
     if len(rows) == 1:
         ids = [int(session.execute(insert(Reconfiguration).returning(Reconfiguration.id),
