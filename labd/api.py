@@ -154,6 +154,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         paths = sw.paths()
         return {"id": switch, "state": sw.state.value,
                 "size": sw.info.size if sw.info else None,
+                "light_window_ms": engine.window_s(switch) * 1000,
+                "metered_paths": len(engine.metered(switch)),
                 "intended": [[a, b] for a, b in sorted(engine.intended[switch].items())],
                 "observed": [[a, b] for a, b in sorted(sw.expected.items())],
                 # A mesh's routed paths, as the device holds them: each circuit's elements,

@@ -48,6 +48,11 @@ class Backdoor:
     async def inject(self, emulator: str, fault: dict[str, Any]) -> None:
         await self._call("POST", f"/v1/emulators/{emulator}/faults", json=fault)
 
+    async def describe(self, emulator: str) -> dict[str, Any]:
+        """An emulator's kind, endpoints, timing model (switches), faults and state."""
+        result: dict[str, Any] = await self._call("GET", f"/v1/emulators/{emulator}")
+        return result
+
     async def set_timing(self, emulator: str, **values: float) -> None:
         await self._call("PUT", f"/v1/emulators/{emulator}/timing", json=values)
 

@@ -563,13 +563,15 @@ def measure_reconfig(
                     target, switch, pattern, rounds, k, light,
                     seed if seed is not None else random.randrange(1 << 30))
                 # Before the run is made: its parameters say which switches took the model.
-                await apply_timing(target, [p.switch for p in plans], timing, console)
+                await apply_timing(target, [p.switch for p in plans], timing, console,
+                                   light=light)
                 measured, done, wanted = new_run(
                     store, name=name, kind="reconfig", target=target, planned=planned,
                     params={**params_of(plans), "timing": timing}), [], timing
             state["run"] = measured
             if resume is not None:
-                await apply_timing(target, [p.switch for p in plans], wanted, console)
+                await apply_timing(target, [p.switch for p in plans], wanted, console,
+                                   light=any(p.verify_light for p in plans))
             console.print(f"[bold]labd measure reconfig[/]: run [cyan]{measured.name}[/] on "
                           f"{target.where} ({target.lab_name}): {measured.planned} "
                           f"reconfigurations, {len(done)} already measured")

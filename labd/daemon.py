@@ -80,7 +80,7 @@ def load_or_make_token(explicit: str | None) -> str:
 class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
-                 restore: bool = True, light_window_s: float = 0.1,
+                 restore: bool = True, light_window_s: float | None = None,
                  mqtt: str | None = None) -> None:
         self.lab = lab
         self.host, self.port = host, port

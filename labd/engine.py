@@ -61,6 +61,9 @@ class Unavailable(RequestError):
     status = 503
 
 
+#: The most points a light-verification log takes per channel.
+MAX_LOG_POINTS = 20_000
+
 #: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
 #: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
 PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
@@ -87,13 +90,15 @@ class Result:
 class Engine:
     def __init__(self, lab: Lab, switches: Mapping[str, OpticalSwitch],
                  meters: Mapping[str, PowerMeter], store: Store, hub: EventHub, *,
-                 light_window_s: float = 0.1, light_resolution_s: float = 1e-4) -> None:
+                 light_window_s: float | None = None,
+                 light_resolution_s: float = 1e-4) -> None:
         self.lab = lab
         self.switches = dict(switches)
         self.meters = dict(meters)
         self.store = store
         self.hub = hub
         self.light_window_s = light_window_s
+        """Overrides the lab file's light windows (``light_window_ms``) when set."""
         self.light_resolution_s = light_resolution_s
         self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
         self.reservations = Reservations()
@@ -188,7 +193,7 @@ class Engine:
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
-            started = await self._start_watches(watches)
+            started = await self._start_watches(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
                 # Per operation (a change is a replace, or a break then a make): its first
@@ -360,7 +365,18 @@ class Engine:
                         found[(path.meter, path.channel)] = (path, present)
         return found
 
-    async def _start_watches(self, watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
+    def metered(self, switch: str) -> list[MeteredPath]:
+        """The paths through ``switch`` whose light a meter sees (light verification)."""
+        return list(self._paths[switch])
+
+    def window_s(self, switch: str) -> float:
+        """How long light verification waits after a change on ``switch``."""
+        if self.light_window_s is not None:
+            return self.light_window_s
+        return self.lab.light_window_ms(switch) / 1000
+
+    async def _start_watches(self, switch: str,
+                             watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
                              ) -> list[LightWatch]:
         # One watch per meter, every channel (light coming or going) armed in one exchange:
         # watches started one after another would each begin their window before the next
@@ -368,6 +384,9 @@ class Engine:
         groups: dict[str, dict[int, bool]] = {}
         for (meter, channel), (_, present) in watches.items():
             groups.setdefault(meter, {})[channel] = present
+        window = self.window_s(switch)
+        # A long window is logged coarser: a meter holds a bounded number of points.
+        resolution = max(self.light_resolution_s, window / MAX_LOG_POINTS)
         started = []
         for meter, wanted in groups.items():
             channels = sorted(wanted)
@@ -375,7 +394,7 @@ class Engine:
                 started.append(await LightWatch.start(
                     self.meters[meter], channels, present=wanted,
                     threshold_dbm=self.lab.lab.light_threshold_dbm,
-                    window_s=self.light_window_s, resolution_s=self.light_resolution_s))
+                    window_s=window, resolution_s=resolution))
             except InstrumentError as exc:
                 where = ", ".join(f"{meter}:{c}" for c in sorted(channels))
                 self.hub.publish("warning", {"detail": f"light verification on {where} "

@@ -25,6 +25,10 @@ from labd.errors import LabFileError
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+#: Light verification logs at most this long (a meter logs window / resolution points).
+LIGHT_WINDOW_MAX_MS = 10_000.0
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -94,6 +98,8 @@ class InstrumentBase(Strict):
 class SwitchEntry(InstrumentBase):
     size: str | None = None
     """``NxM`` for Polatis (e.g. ``16x16``), a port count for CALIENT (e.g. ``320``)."""
+    light_window_ms: float | None = Field(default=None, gt=0, le=LIGHT_WINDOW_MAX_MS)
+    """How long light verification waits after a change on this switch; default the lab's."""
 
     @field_validator("size")
     @classmethod
@@ -216,6 +222,9 @@ class LabSection(Strict):
     description: str = ""
     light_threshold_dbm: float = Field(default=-30.0, ge=-80, le=20)
     """Power above which light counts as present (verification, ground truth)."""
+    light_window_ms: float = Field(default=100.0, gt=0, le=LIGHT_WINDOW_MAX_MS)
+    """How long light verification waits for light to arrive or leave after a change: more
+    than the slowest switch takes."""
 
 
 NODE = r"^[A-Za-z][A-Za-z0-9_.-]*(:[0-9]+)?$"
@@ -352,6 +361,31 @@ class Lab(Strict):
                     problems.append(f"[[job]] #{index + 1} (id {job.id!r}), field 'spares': "
                                     f"{spare!r} is no NIC of a [[host]] (list it in a "
                                     "host's 'nics')")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def light_window_ms(self, switch: str) -> float:
+        """How long light verification waits after a change on ``switch``."""
+        entry = next((i for i in self.instrument if i.id == switch), None)
+        own = entry.light_window_ms if isinstance(entry, SwitchEntry) else None
+        return own if own is not None else self.lab.light_window_ms
+
+    @model_validator(mode="after")
+    def _light_window(self) -> Lab:
+        # An emulated switch slower than the window would fail every light verification.
+        problems = []
+        for index, entry in enumerate(self.instrument):
+            if not (isinstance(entry, SwitchEntry) and entry.emulate):
+                continue
+            timing = entry.emulator
+            slowest = (timing.switch_time_ms or 0.0) + (timing.jitter_ms or 0.0)
+            window = self.light_window_ms(entry.id)
+            if slowest >= window:
+                problems.append(
+                    f"[[instrument]] #{index + 1} (id {entry.id!r}): its emulator switches "
+                    f"in up to {slowest:g} ms, not within the light window of {window:g} ms; "
+                    "set 'light_window_ms' (on the switch or in [lab]) above it")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -29,7 +29,15 @@ from rich.table import Table
 from instruments.errors import InstrumentError
 from labd import __version__
 from labd.backdoor import Backdoor, BackdoorError
-from labd.campaign import SPANS, ReconfigPlan, batch_sizes, free_ports, run_reconfig, span_ms
+from labd.campaign import (
+    SPANS,
+    CampaignError,
+    ReconfigPlan,
+    batch_sizes,
+    free_ports,
+    run_reconfig,
+    span_ms,
+)
 from labd.client import DaemonClient
 from labd.engine import PHASES
 from labd.errors import LabdError
@@ -414,13 +422,27 @@ async def finishing(store: RunStore, run: Run) -> AsyncIterator[None]:
 
 
 async def apply_timing(target: Target, switches: list[str], timing: dict[str, Any] | None,
-                       console: Console) -> None:
+                       console: Console, *, light: bool = False) -> None:
     """Set the emulated switches' timing model (lab mode); ``timing["switches"]`` says
-    which took it (a mesh's time is its heaters' settling, not a setting)."""
+    which took it (a mesh's time is its heaters' settling, not a setting). With ``light``
+    (verification on), a model slower than a switch's light window is refused first."""
     if timing is None or target.backdoor is None:
         return
-    timing["switches"] = []
     model = {k: v for k, v in timing.items() if k != "switches"}
+    if light:
+        slowest = model["switch_time_ms"] + model["jitter_ms"]
+        for switch in switches:
+            if (await target.backdoor.describe(switch)).get("timing") is None:
+                continue  # it will not take the model
+            state = await target.client.get(f"/v1/switches/{switch}")
+            window = state["light_window_ms"]
+            if state["metered_paths"] and slowest >= window:
+                raise CampaignError(
+                    f"--switch-ms {model['switch_time_ms']:g} (± {model['jitter_ms']:g}): "
+                    f"{switch}'s light window is {window:g} ms, so every light verification "
+                    "would time out; raise 'light_window_ms' in the lab file, or measure "
+                    "with --no-light")
+    timing["switches"] = []
     for switch in switches:
         try:
             await target.backdoor.set_timing(switch, **model)

@@ -84,12 +84,14 @@ def lab(tmp_path: Path) -> Lab:
 
 
 @contextlib.asynccontextmanager
-async def daemon_on(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
+async def daemon_on(lab: Lab, tmp_path: Path, light_window_s: float | None = 0.05
+                    ) -> AsyncIterator[Running]:
+    """A daemon on ``lab`` in emulation; ``light_window_s`` None: the lab file's windows."""
     emulated, entries = emulated_lab(lab)
     async with emulated:
         daemon = Daemon(lab, db=str(tmp_path / "store.sqlite"), port=0, token=TOKEN,
                         addresses={e.id: endpoint_of(emulated, e) for e in entries},
-                        light_window_s=0.05)
+                        light_window_s=light_window_s)
         await daemon.start()
         try:
             yield daemon, emulated
@@ -101,6 +103,21 @@ async def daemon_on(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
 async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
     async with daemon_on(lab, tmp_path) as both:
         yield both
+
+
+async def test_each_switch_is_verified_over_its_own_light_window(tmp_path: Path) -> None:
+    path = tmp_path / "lab.toml"
+    path.write_text(LAB.replace('size = "8x8"', 'size = "8x8"\nlight_window_ms = 30', 1))
+    async with daemon_on(load_lab(path), tmp_path, light_window_s=None) as (daemon, _), \
+            httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        ocs1, ocs2 = [(await http.get(f"/v1/switches/{s}")).json() for s in ("ocs1", "ocs2")]
+        assert (ocs1["light_window_ms"], ocs1["metered_paths"]) == (30, 1)
+        assert (ocs2["light_window_ms"], ocs2["metered_paths"]) == (100, 0)  # the lab's
+        result = (await http.post("/v1/switches/ocs1/connections",
+                                  json={"pairs": [[1, 9]]})).json()
+        assert result["outcome"] == "ok" and result["phases"]["light"] is not None
+        (trace,) = (await http.get(f"/v1/reconfigurations/{result['id']}/traces")).json()
+        assert len(trace["dbm"]) == 300  # 30 ms logged at 100 µs
 
 
 async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running: Running) -> None:

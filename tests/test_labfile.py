@@ -163,6 +163,36 @@ size = "6x6"
     assert "field 'size'" in problem and "power of two" in problem
 
 
+SLOW = """
+[lab]
+name = "x"
+{lab}
+[[instrument]]
+id = "cal"
+driver = "calient-tl1"
+emulate = true
+user = "admin"
+password = "x"
+{own}
+[instrument.emulator]
+switch_time_ms = 180
+jitter_ms = 20
+"""
+
+
+def test_the_light_window_must_cover_an_emulated_switch(tmp_path: Path) -> None:
+    (problem,) = problems(write(tmp_path, SLOW.format(lab="", own="")))
+    assert problem.endswith("[[instrument]] #1 (id 'cal'): its emulator switches in up to "
+                            "200 ms, not within the light window of 100 ms; set "
+                            "'light_window_ms' (on the switch or in [lab]) above it")
+    lab = load_lab(write(tmp_path, SLOW.format(lab="light_window_ms = 250", own="")))
+    assert lab.light_window_ms("cal") == 250
+    lab = load_lab(write(tmp_path, SLOW.format(lab="", own="light_window_ms = 300")))
+    assert lab.light_window_ms("cal") == 300 and lab.lab.light_window_ms == 100
+    (problem,) = problems(write(tmp_path, SLOW.format(lab="light_window_ms = 0", own="")))
+    assert "field 'light_window_ms'" in problem
+
+
 def test_hosts_and_jobs_refer_to_endpoints(tmp_path: Path) -> None:
     path = write(tmp_path, """
 [lab]

@@ -26,6 +26,26 @@ jitter_ms = 0
 """
 
 
+METER = """
+[[instrument]]
+id = "pm1"
+driver = "keysight-n77xx"
+emulate = true
+[[endpoint]]
+id = "tx"
+launch_dbm = 0
+[[endpoint]]
+id = "rx"
+[[fiber]]
+from = "tx"
+to = "ocs1:1"
+[[fiber]]
+from = "ocs1:9"
+to = "rx"
+tap = "pm1:1"
+"""
+
+
 def lab_file(tmp_path: Path) -> Path:
     path = tmp_path / "lab.toml"
     path.write_text(LAB)
@@ -140,6 +160,13 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
         assert "Traceback" not in out + err
     code, out, err = await run("measure", "reconfig", "--switch-ms", "2", "--runs", str(runs))
     assert code == 2 and "needs --lab" in out + err
+    # A model slower than the light window, on a switch with a metered path.
+    metered = tmp_path / "metered.toml"
+    metered.write_text(LAB + METER)
+    code, out, err = await run("measure", "reconfig", "--lab", str(metered), "--runs",
+                               str(runs), "--switch-ms", "120", timeout=60)
+    said = " ".join((out + err).split())
+    assert code == 2 and "ocs1's light window is 100 ms" in said and "--no-light" in said
     store = RunStore(runs)
     assert store.all() == []  # nothing was started, so nothing was kept
     store.close()

@@ -187,7 +187,10 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
 
 
 async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
-    async with attached(tmp_path, "tui5", lab_body()) as (rig, app, pilot):
+    # The UI shares the daemon's event loop here (a redraw can hold it for tens of ms
+    # between arming the meters and sending the change): a wider light window.
+    body = "light_window_ms = 300\n" + lab_body()
+    async with attached(tmp_path, "tui5", body) as (rig, app, pilot):
         await pilot.press("d", "y")  # the job is not running yet: the drill starts it
         await until(app, lambda: "drill done" in app.last_notice, timeout=90)
         assert app.query_one(TabbedContent).active == "failover"
