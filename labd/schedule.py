@@ -68,6 +68,11 @@ class Schedule(BaseModel):
     def switches(self) -> list[str]:
         return sorted({s for p in self.phase for s in p.circuits})
 
+    def ports(self, switch: str) -> set[int]:
+        """Every port of ``switch`` some phase puts in a circuit."""
+        return {port for p in self.phase for pair in p.circuits.get(switch, ())
+                for port in pair}
+
 
 def load_schedule(path: str | Path) -> Schedule:
     """Read and check a schedule file; ScheduleError names the file and the field."""
@@ -169,15 +174,21 @@ def idle_gaps(schedule: Schedule) -> list[float]:
     return [p.start_ms - (ends[i - 1] if i else last) for i, p in enumerate(schedule.phase)]
 
 
-async def check_switches(client: DaemonClient, schedule: Schedule) -> None:
-    """A replay owns its switches' maps: refuse switches holding circuits of their own."""
+async def check_switches(client: DaemonClient, schedule: Schedule
+                         ) -> dict[str, dict[int, int]]:
+    """A replay owns the ports its schedule uses: refuse a switch holding circuits on
+    them. Returns, per switch, the circuits it holds on other ports (a replay keeps them)."""
+    keep: dict[str, dict[int, int]] = {}
     for switch in schedule.switches():
         state = await client.get(f"/v1/switches/{switch}")
-        if state["intended"]:
+        used = schedule.ports(switch)
+        clash = [pair for pair in state["intended"] if used & set(pair)]
+        if clash:
             raise ScheduleError(
-                f"switch {switch} holds circuits {state['intended'][:4]}"
-                f"{'…' if len(state['intended']) > 4 else ''}: a schedule replay replaces its "
-                "whole map; break them first")
+                f"switch {switch} holds circuits {clash[:4]}{'…' if len(clash) > 4 else ''} "
+                "on ports the schedule uses: break them first")
+        keep[switch] = {a: b for a, b in state["intended"]}
+    return keep
 
 
 async def replay(client: DaemonClient, schedule: Schedule, *, iterations: int,
@@ -185,9 +196,11 @@ async def replay(client: DaemonClient, schedule: Schedule, *, iterations: int,
     """Replay ``iterations`` iterations in real time; yield one row per phase (its window
     and reconfiguration). ``skip`` rows already measured are not measured again (a resumed
     run replays the interrupted iteration from its start but keeps only the phases it
-    lacks). The switches' maps are cleared afterwards."""
+    lacks). Circuits the switches hold on ports the schedule does not use stay as they are;
+    what the replay made is cleared afterwards."""
     if iterations < 1:
         raise ScheduleError(f"iterations {iterations}: need at least 1")
+    keep = await check_switches(client, schedule)
     per_iteration = len(schedule.phase)
     first = skip // per_iteration
     config: dict[str, dict[int, int]] = {s: {} for s in schedule.switches()}
@@ -200,8 +213,8 @@ async def replay(client: DaemonClient, schedule: Schedule, *, iterations: int,
         started = time.monotonic()
         answers = await asyncio.gather(*(
             client.put(f"/v1/switches/{s}/connections", {
-                "pairs": [list(p) for p in phase.circuits[s]], "verify_light": False,
-                "cause": "schedule"}) for s in changed))
+                "pairs": [*map(list, keep[s].items()), *map(list, phase.circuits[s])],
+                "verify_light": False, "cause": "schedule"}) for s in changed))
         for s in changed:
             config[s] = dict(phase.circuits[s])
         spans = [(a["phases"]["done"] - a["phases"]["requested"]) / 1e6 for a in answers

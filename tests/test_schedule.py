@@ -93,9 +93,21 @@ async def test_a_replay_reconfigures_at_phase_changes_and_clears_after(tmp_path:
                                             skip=len(plan.phase) + 2)]
             assert (rest[0]["iteration"], rest[0]["phase"]) == (1, 2)
             assert len(rest) == len(plan.phase) - 2 and rest[0]["mode"] == "on demand"
-            # A switch holding circuits of its own is not taken over.
+            # A circuit on ports the schedule does not use stays through a replay, untouched;
+            # one on ports it uses is not taken over.
+            assert plan.ports("ocs1") <= {1, 2, 3, 4, 9, 10, 11, 12}
+            await rig.daemon.engine.reconfigure("ocs1", connect=[(7, 15)])
+            assert await check_switches(client, plan) == {"ocs1": {7: 15}}
+            seen = len(await client.get("/v1/reconfigurations", cause="schedule", limit=1000))
+            rows = [r async for r in replay(client, plan, iterations=1, speculative=True)]
+            assert rig.daemon.engine.intended["ocs1"] == {7: 15}
+            after = (await client.get("/v1/reconfigurations", cause="schedule",
+                                      limit=1000))[:-seen]
+            assert len(after) == sum(1 for r in rows if r["changed"]) + 1
+            assert all([7, 15] not in r["connected"] + r["disconnected"] for r in after)
             await rig.daemon.engine.reconfigure("ocs1", connect=[(3, 12)])
-            with pytest.raises(ScheduleError, match="holds circuits"):
+            with pytest.raises(ScheduleError, match=r"holds circuits \[\[3, 12\]\] on ports "
+                                                    "the schedule uses"):
                 await check_switches(client, plan)
         finally:
             await client.close()
