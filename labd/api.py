@@ -259,7 +259,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.post("/v1/jobs/{job}/spares", dependencies=[Depends(authorised)])
     async def job_spare(job: str, body: SpareBody) -> dict[str, Any]:
         """Return a repaired endpoint to the job's spare pool."""
-        return daemon.jobs.return_spare(job, body.endpoint)
+        return await daemon.jobs.return_spare(job, body.endpoint)
 
     @app.post("/v1/jobs/{job}/decision", dependencies=[Depends(authorised)])
     async def job_decision(job: str, body: DecisionBody) -> dict[str, Any]:

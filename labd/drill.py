@@ -227,7 +227,7 @@ async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -
     await wait_for(daemon.hub, lambda: hosts_ready(daemon), timeout,
                    f"host {host.id} to report healthy")
     if result.member not in daemon.jobs.job(job).members:
-        daemon.jobs.return_spare(job, result.member)
+        await daemon.jobs.return_spare(job, result.member)
 
 
 class DrillBusy(RequestError):

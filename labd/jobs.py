@@ -39,7 +39,7 @@ from labd.failover import Replacement, choose_spare
 from labd.hosts import HostMonitor
 from labd.hub import Event, EventHub
 from labd.labfile import JobEntry, Lab
-from labd.store.models import FailoverTimeline
+from labd.store.models import FailoverTimeline, JobPool
 from labd.store.store import Store
 from labd.wiring import trace_circuit
 
@@ -148,18 +148,43 @@ class JobManager:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def load(self) -> None:
-        """Members and spares as the last recovery of each job left them."""
-        def work(session: Session) -> list[FailoverTimeline]:
-            return list(session.scalars(select(FailoverTimeline).where(
-                FailoverTimeline.outcome == "recovered").order_by(FailoverTimeline.id)))
+        """Members and spares as the last recovery or returned spare of each job left
+        them (a store from before pools were kept: as the last recovery left them)."""
+        def work(session: Session) -> tuple[list[FailoverTimeline], list[JobPool]]:
+            return (list(session.scalars(select(FailoverTimeline).where(
+                FailoverTimeline.outcome == "recovered").order_by(FailoverTimeline.id))),
+                list(session.scalars(select(JobPool))))
 
-        for row in await self.store.read(work):
+        timelines, pools = await self.store.read(work)
+        for row in timelines:
             state = self.jobs.get(row.job)
             plan = (row.detail or {}).get("plan") or {}
             if state is not None and isinstance(plan.get("members"), list):
                 state.members = [str(m) for m in plan["members"]]
                 state.spares = [s for s in state.spares if s not in state.members
                                 and s != plan.get("failed")]
+        for pool in pools:
+            state = self.jobs.get(pool.job)
+            if state is None:
+                continue
+            # Only endpoints the lab file still gives the job, as many members as it has.
+            given = set(state.entry.members) | set(state.entry.spares)
+            if (len(pool.members) == len(state.entry.members)
+                    and set(pool.members) | set(pool.spares) <= given):
+                state.members, state.spares = list(pool.members), list(pool.spares)
+            else:
+                self.hub.publish("warning", {"detail": (
+                    f"job {pool.job}: the kept members and spares are not the lab file's "
+                    "(it changed): starting from the lab file's")})
+
+    def _pool_write(self, state: JobState) -> Callable[[Session], None]:
+        """The store write that keeps the job's members and spares as they are now."""
+        pool = JobPool(job=state.entry.id, members=list(state.members),
+                       spares=list(state.spares), wall_time=datetime.now(UTC))
+
+        def work(session: Session) -> None:
+            session.merge(pool)
+        return work
 
     def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._listen(), name="labd-jobs"))
@@ -239,8 +264,9 @@ class JobManager:
         self.hub.publish("job.state", state.as_dict())
         return state.as_dict()
 
-    def return_spare(self, job_id: str, endpoint: str) -> dict[str, Any]:
-        """Put a repaired endpoint (back) in the job's spare pool."""
+    async def return_spare(self, job_id: str, endpoint: str) -> dict[str, Any]:
+        """Put a repaired endpoint (back) in the job's spare pool; kept in the store
+        before it returns."""
         state = self.job(job_id)
         if self.lab.placement(endpoint) is None:
             raise JobError(f"{endpoint!r} is no NIC of a [[host]]")
@@ -248,6 +274,7 @@ class JobManager:
             raise JobError(f"{endpoint!r} is a member of a job; it cannot be a spare")
         if endpoint not in state.spares:
             state.spares.append(endpoint)
+            await self.store.run_write(self._pool_write(state))
         for member in sorted(state.failed):
             where = self.lab.placement(member)
             state.queue.put_nowait(Failure(
@@ -484,6 +511,8 @@ class JobManager:
         # ones, whatever comes next.
         state.members = plan.members
         state.spares = [s for s in state.spares if s != plan.spare]
+        # Kept without waiting: the restart is on the failover's critical path.
+        self.store.run_write_nowait(self._pool_write(state))
         state.epoch += 1
         state.progress = {}
         timeline.epoch = state.epoch

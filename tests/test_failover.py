@@ -7,6 +7,7 @@ import functools
 import json
 import random
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from labd.drill import Rig, emulated_rig, hosts_ready, job_stepping, run_drill, wait_for
 from labd.jobs import JobManager
 from labd.labfile import load_lab
-from labd.store.models import FailoverTimeline
+from labd.store.models import FailoverTimeline, JobPool
 from labd.wiring import trace_circuit
 from tests.broker import BROKER, MQTT, require_broker, unique_lab
 
@@ -200,6 +201,20 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(tmp_pat
                 if data["outcome"] == "recovered":
                     assert data["stages"] == stages
                     break
+        again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
+        await again.load()
+        assert again.job("ring4").members == state.members
+        assert again.job("ring4").spares == ["s1.nic0"]
+        # The failed member, repaired and returned to the pool, is a spare after a restart.
+        await daemon.jobs.return_spare("ring4", "h1.nic0")
+        again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
+        await again.load()
+        assert again.job("ring4").members == state.members
+        assert again.job("ring4").spares == ["s1.nic0", "h1.nic0"]
+        # A kept pool the lab file no longer allows (it was edited) is not used.
+        odd = JobPool(job="ring4", members=["h0.nic0", "x.nic0"], spares=[],
+                      wall_time=datetime.now(UTC))
+        await daemon.store.run_write(lambda session: session.merge(odd))
         again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
         await again.load()
         assert again.job("ring4").members == state.members

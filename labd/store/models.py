@@ -105,6 +105,18 @@ class FailoverTimeline(Base):
     """the failed member, the plan (spare, new members, circuits), passed-over spares"""
 
 
+class JobPool(Base):
+    """A job's members and spares as recoveries and returned spares left them (what a
+    restart starts from, rather than the lab file's)."""
+
+    __tablename__ = "job_pools"
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    members: Mapped[list[str]] = mapped_column(JSON)
+    spares: Mapped[list[str]] = mapped_column(JSON)
+    wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class IntendedPair(Base):
     """The circuits labd means each switch to hold (what a restart restores)."""
 

@@ -150,6 +150,11 @@ class Store:
         """Queue records without waiting for the commit (events, traces)."""
         self._queue.put((list(records), None, None))
 
+    def run_write_nowait(self, work: Callable[[Session], Any]) -> None:
+        """Queue ``work(session)`` for the writer without waiting for the commit; writes
+        are applied in the order they were queued, waited for or not."""
+        self._queue.put((work, None, None))
+
     async def _submit(self, item: Any) -> Any:
         if self._thread is None:
             raise StoreError("the store is not open")
