@@ -242,13 +242,15 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
     """Does labd report what the emulated devices did? Per switch set to the model
     (``timing``: switch_time_ms, jitter_ms, and the switches that took it): labd's switching
     time (the command that moves the light → acknowledged), the emulator's own record of
-    each change (that command arrived → mirrors settled), and labd's excess over it; the
-    target is that excess within 1 ms at p99."""
+    each change (that command arrived → mirrors settled), and how far apart they are: labd's
+    p99 against the truth's (the figure reported against the model's), and labd's excess
+    over the truth change by change (stricter: one late reply counts). The target is 1 ms
+    at p99."""
     switch_ms, jitter_ms = timing["switch_time_ms"], timing["jitter_ms"]
     table = Table(title=f"Timing model {switch_ms:g} ± {jitter_ms:g} ms: labd's switching "
                         "time against the emulator's truth, ms")
     for column in ("switch", "n", "switching p50", "switching p99", "truth p50", "truth p99",
-                   "excess p50", "excess p99", "excess p99 ≤ 1 ms"):
+                   "p99 apart", "excess p50", "excess p99", "≤ 1 ms: p99, excess"):
         table.add_column(column, justify="left" if column == "switch" else "right")
     by_switch: dict[str, list[dict[str, float]]] = {}
     for row in rows:
@@ -260,9 +262,11 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
         excess = [v["switching - truth"] for v in values if "switching - truth" in v]
         if not device or not excess:
             continue
+        apart = abs(percentile(device, 99) - percentile(truth, 99))
+        verdicts = ", ".join("yes" if v <= 1.0 else "NO" for v in (apart, percentile(excess, 99)))
         table.add_row(switch, str(len(device)), *(f"{percentile(v, q):.3f}" for v, q in (
-            (device, 50), (device, 99), (truth, 50), (truth, 99), (excess, 50),
-            (excess, 99))), "yes" if percentile(excess, 99) <= 1.0 else "NO")
+            (device, 50), (device, 99), (truth, 50), (truth, 99))), f"{apart:.3f}",
+            f"{percentile(excess, 50):.3f}", f"{percentile(excess, 99):.3f}", verdicts)
     return table
 
 

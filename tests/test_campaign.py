@@ -92,3 +92,33 @@ async def test_a_campaign_uses_free_ports_leaves_them_free_and_resumes(tmp_path:
             assert engine.intended["ocs1"] == {1: 9}
         finally:
             await client.close()
+
+
+def test_the_model_check_compares_percentiles_and_each_change() -> None:
+    from rich.console import Console
+
+    from labd.measure import model_check
+
+    def row(i: int, switching_ms: float, truth_ms: float, before_ms: float = 0.0) -> dict:
+        # ``before_ms`` of provisioning (a CALIENT's ENT-CRS) before the command that moved
+        # the light: in the device time, not in the switching time.
+        start = i * 100_000_000
+        activated = start + int(before_ms * 1e6)
+        return {"switch": "s", "k": 1, "outcome": "ok", "truth_ms": truth_ms,
+                "phases": {"requested": start, "dispatched": start, "activated": activated,
+                           "acknowledged": activated + int(switching_ms * 1e6),
+                           "light": None, "done": activated + int(switching_ms * 1e6)}}
+
+    def verdict(rows: list[dict]) -> str:
+        console = Console(width=200, record=True)
+        console.print(model_check(rows, {"switch_time_ms": 10, "jitter_ms": 0,
+                                         "switches": ["s"]}))
+        line = next(x for x in console.export_text().splitlines() if x.startswith("│ s "))
+        return line.split("│")[-2].strip()
+
+    even = [row(i, 10.3, 10.0, before_ms=1.2) for i in range(100)]
+    assert verdict(even) == "yes, yes"  # 0.3 over, the provisioning not counted
+    # Two late replies: the p99 of each change's excess is over, the p99s are not apart.
+    late = [*even[:98], row(98, 10.0, 8.5), row(99, 10.0, 8.5)]
+    assert verdict(late) == "yes, NO"
+    assert verdict([row(i, 11.5, 10.0) for i in range(100)]) == "NO, NO"
