@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from textual.pilot import Pilot
 
 from labd.drill import Rig, emulated_rig, hosts_ready, wait_for
 from labd.labfile import load_lab
+from labd.store.models import FailoverTimeline
+from labd.store.store import ReconfigurationRecord
 from tests.broker import unique_lab
 from tests.test_failover import lab_body
 from tests.test_tui import LAB
@@ -112,3 +115,37 @@ def test_hosts_with_a_job_and_spares(snap_compare: Any, tmp_path: Path) -> None:
                                     "every host online"))
         app = LabApp(bg.rig.daemon.url, "t")
         assert snap_compare(app, terminal_size=SIZE, run_before=settled("2"))
+
+
+async def _history(rig: Rig) -> None:
+    """A made-up history with set times in the store, as the API serves it after a
+    restart: twelve reconfigurations of ocs1 and one recovery."""
+    store, t0, wall = rig.daemon.store, 10**12, datetime(2026, 11, 30, 12, tzinfo=UTC)
+    ms = 1_000_000
+    for i in range(12):
+        start = t0 + i * 100 * ms
+        acked = start + ms // 5 + 25 * ms + (i % 4) * ms // 4
+        missing = i == 7
+        await store.record(ReconfigurationRecord(
+            switch="ocs1", cause="measurement", outcome="light-missing" if missing else "ok",
+            error="light not present on channel 1" if missing else None,
+            connected=[(1 + i % 4, 9 + i % 4)], disconnected=[], requested_ns=start,
+            dispatched_ns=start + ms // 5, activated_ns=start + ms // 5, acked_ns=acked,
+            light_ns=None if missing or i % 3 else acked - 2 * ms, done_ns=acked + ms // 2,
+            wall_time=wall))
+    steps = (0.0, 0.7, 3.8, 4.3, 32.5, 26.8, 30.6, 149.9, 217.2, 238.2)
+    stages = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
+              "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
+    await store.write(FailoverTimeline(
+        job="ring4", outcome="recovered", trigger="gpu-failed", wall_time=wall,
+        stages={k: t0 + int(v * ms) for k, v in zip(stages, steps, strict=True)},
+        detail={"member": "h1.nic0", "plan": {"spare": "s0.nic0"}}))
+
+
+def test_failover_and_reconfiguration_tabs(snap_compare: Any, tmp_path: Path) -> None:
+    with background_rig(tmp_path, "snap4", LAB) as bg:
+        bg.run(_history)
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
+                            run_before=settled("3"))
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
+                            run_before=settled("4"))
