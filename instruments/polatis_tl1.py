@@ -46,9 +46,11 @@ class PolatisTl1(Tl1Switch):
 
     async def _connect(self, link: Link, pairs: list[Pair]) -> None:
         ins, outs = aid_list([a for a, _ in pairs]), aid_list([b for _, b in pairs])
+        link.activating()  # after RTRV-PATCH, when replacing
         await self._cmd(link, "ENT-PATCH", f"{ins},{outs}")
 
     async def _disconnect(self, link: Link, lows: list[int]) -> None:
+        link.activating()
         await self._cmd(link, "DLT-PATCH", aid_list(lows))
 
     async def _replace(self, link: Link, target: CrossConnects) -> None:

@@ -113,6 +113,12 @@ async def test_a_two_phase_switch_says_which_command_moved_the_light(
         assert acknowledged < answered  # the DLT-CRS exchange came after
         await ocs.connect([(6, 22)])  # one command: it is the one that moves the light
         assert ocs.activation == ocs.exchanged
+    async with driver(lab, "polatis-tl1") as tl1:
+        await tl1.replace({3: 19})  # RTRV-PATCH to plan it, then ENT-PATCH
+        sent, answered = tl1.exchanged
+        activated, acknowledged = tl1.activation
+        (ent,) = lab.truth("ocs1")["changes"][-1:]
+        assert sent < activated <= ent["arrived_ns"] <= ent["settled_ns"] <= acknowledged
 
 
 async def test_many_callers_one_command_on_the_wire(lab: EmulatedLab) -> None:
