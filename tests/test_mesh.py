@@ -162,3 +162,21 @@ async def test_board_errors_are_device_errors(lab8: EmulatedLab) -> None:
         with pytest.raises(DeviceError) as refused:
             await quiet.set_volts({1: 3.0})
         assert refused.value.code == 1 and "over-voltage on channel 1" in str(refused.value)
+
+
+def test_light_through_a_changing_mesh_is_worked_out_once_per_distinct_phase() -> None:
+    from emulators.mesh import MeshModel, MeshOptions
+
+    mesh = MeshModel("m", MeshOptions(ports=8, tau_us=6.0))
+    t0 = 10**12
+    mesh.apply_voltages({0: 3.0, 4: 2.0, 9: 4.5}, t0, "test")
+    mesh.apply_voltages({0: 1.0}, t0 + 30_000, "test")  # a second change mid-transient
+    times = np.arange(t0 - 100_000, t0 + 2_000_000, 500, dtype=np.int64)  # 4200 instants
+    phases = mesh.phases_at(times)
+    distinct, runs = mesh._cached_phases(times)
+    assert runs is not None and len(distinct) < len(times) // 4  # settled stretches share
+    # The same light as propagating every instant on its own, before, during and after.
+    assert np.allclose(mesh.propagate([1, 5], times), mesh._propagate([1, 5], phases),
+                       rtol=0, atol=1e-12)
+    # Settled: exactly at the targets (no e^-dt tail keeps instants apart).
+    assert np.array_equal(phases[-1], phases[-2])
