@@ -66,6 +66,11 @@ class Link:
         self._activating = True
 
     @property
+    def moving(self) -> bool:
+        """Whether the latest write was marked as a command that moves the light."""
+        return self._moving
+
+    @property
     def activated_ns(self) -> int | None:
         """When the first command that moved the light left: the first write, unless the
         driver marked the ones that do (:meth:`activating`)."""

@@ -43,9 +43,12 @@ class Tl1Switch(OpticalSwitch):
         except AuthenticationError as exc:
             # The device-side session expired, or (CALIENT) the login is not active yet:
             # log in again once, give the device a moment, retry once.
+            moving = link.moving
             await self.tl1.login(link, self.user, self.password)
             if "not active" in exc.text.lower():
                 await asyncio.sleep(float(self.options.get("login_retry_delay", 0.2)))
+            if moving:  # the retry is what moves the light: its reply acknowledges it
+                link.activating()
             return await self.tl1.command(link, verb, aid=aid, params=params)
 
 

@@ -143,6 +143,20 @@ async def test_polatis_tl1_logs_in_again_when_the_device_forgot_the_session() ->
     assert not dev.mismatches
 
 
+async def test_a_change_refused_for_the_login_and_retried_is_acknowledged_by_the_retry(
+        ) -> None:
+    script = [*POLATIS_TL1_START,
+              (b"ENT-PATCH::2,18:6:;\r\n", tl1_block(6, deny=("PICC", "Not logged in"))),
+              (b"ACT-USER::admin:7::root;\r\n", tl1_block(7)),
+              (b"ENT-PATCH::2,18:8:;\r\n", tl1_block(8))]
+    async with ScriptedDevice([script]) as dev, tl1_switch(dev.address) as ocs:
+        await ocs.connect([(2, 18)])
+        sent, answered = ocs.exchanged
+        activated, acknowledged = ocs.activation
+        assert sent == activated and acknowledged == answered  # the retry's reply
+    assert not dev.mismatches
+
+
 async def test_tl1_wrong_password_fails_open_with_a_clear_error() -> None:
     script = [(b"ACT-USER::admin:1::root;\r\n", tl1_block(1, deny=("PICC", "Login failed"))),
               (b"", CLOSE)]
