@@ -209,7 +209,8 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
             errors = await light_drill(
                 switch, meter, path, backdoor, events,
                 threshold_dbm=lab.lab.light_threshold_dbm,
-                window_s=0.02 if mesh else 0.15, resolution_s=resolution,
+                window_s=0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000),
+                resolution_s=resolution,
                 dark_ingress=dark_ingress(lab, switch.name, switch.info.ingress) if mesh
                 else None, progress=tick)
             how = (f"logging {resolution * 1e6:g} µs" if meter.supports_logging
