@@ -37,7 +37,7 @@ from labd.drill import (
     measure_failover,
     timeline_table,
 )
-from labd.engine import Result
+from labd.engine import MAX_LOG_POINTS, Result
 from labd.labfile import Lab, load_lab
 from labd.stats import percentile
 from labd.verify import light_drill
@@ -200,7 +200,8 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
             path, meter = paths[0], meters[paths[0].meter]
             mesh = type(switch).driver == "qontrol-mesh"
             # A mesh settles in tens of µs: log finer and over a shorter window.
-            resolution = 1e-5 if mesh else 1e-4
+            window = 0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000)
+            resolution = 1e-5 if mesh else max(1e-4, window / MAX_LOG_POINTS)
             task = progress.add_task(f"light on {switch.name}", total=events)
 
             def tick(task: TaskID = task) -> None:
@@ -209,8 +210,7 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
             errors = await light_drill(
                 switch, meter, path, backdoor, events,
                 threshold_dbm=lab.lab.light_threshold_dbm,
-                window_s=0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000),
-                resolution_s=resolution,
+                window_s=window, resolution_s=resolution,
                 dark_ingress=dark_ingress(lab, switch.name, switch.info.ingress) if mesh
                 else None, progress=tick)
             how = (f"logging {resolution * 1e6:g} µs" if meter.supports_logging
