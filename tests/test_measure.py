@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from labd.runs import RunError, RunStore
 from tests.test_cli import LABD, run
+from tests.test_daemon import metered
 
 LAB = """[lab]
 name = "measured"
@@ -31,19 +32,7 @@ METER = """
 id = "pm1"
 driver = "keysight-n77xx"
 emulate = true
-[[endpoint]]
-id = "tx"
-launch_dbm = 0
-[[endpoint]]
-id = "rx"
-[[fiber]]
-from = "tx"
-to = "ocs1:1"
-[[fiber]]
-from = "ocs1:9"
-to = "rx"
-tap = "pm1:1"
-"""
+""" + metered("tx", "rx", 1, 9, 1)
 
 
 def lab_file(tmp_path: Path) -> Path:
