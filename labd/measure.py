@@ -257,15 +257,15 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
         if row.get("outcome") == "ok" and row["switch"] in timing.get("switches", []):
             by_switch.setdefault(row["switch"], []).append(row_values(row))
     for switch, values in sorted(by_switch.items()):
-        device = [v["switching"] for v in values if "switching" in v]
+        switching = [v["switching"] for v in values if "switching" in v]
         truth = [v["truth"] for v in values if "truth" in v]
         excess = [v["switching - truth"] for v in values if "switching - truth" in v]
-        if not device or not excess:
+        if not switching or not excess:
             continue
-        apart = abs(percentile(device, 99) - percentile(truth, 99))
+        apart = abs(percentile(switching, 99) - percentile(truth, 99))
         verdicts = ", ".join("yes" if v <= 1.0 else "NO" for v in (apart, percentile(excess, 99)))
-        table.add_row(switch, str(len(device)), *(f"{percentile(v, q):.3f}" for v, q in (
-            (device, 50), (device, 99), (truth, 50), (truth, 99))), f"{apart:.3f}",
+        table.add_row(switch, str(len(switching)), *(f"{percentile(v, q):.3f}" for v, q in (
+            (switching, 50), (switching, 99), (truth, 50), (truth, 99))), f"{apart:.3f}",
             f"{percentile(excess, 50):.3f}", f"{percentile(excess, 99):.3f}", verdicts)
     return table
 
