@@ -113,3 +113,41 @@ nics = ["c.nic0"]
         await proxy.stop()
         await clear_retained(name, agents, MQTT)
     assert json.dumps(hosts)  # the API's answer was plain JSON
+
+
+async def test_an_http_agent_whose_connection_drops_is_offline_at_once(tmp_path: Path) -> None:
+    """Where the lab has no broker, the agent's long poll for commands stands in for the
+    last will: a cut connection is an offline host, not one lost 1.5 heartbeats later."""
+    name, path = unique_lab(tmp_path, "hosthttp", """
+[[endpoint]]
+id = "a.nic0"
+[[host]]
+id = "a"
+nics = ["a.nic0"]
+""")
+    daemon = Daemon(load_lab(path), db=str(tmp_path / "s.sqlite"), port=0, token="t")
+    await daemon.start()
+    _, sub = daemon.hub.subscribe()
+    port = int(daemon.url.rsplit(":", 1)[1])
+    proxy = CuttableProxy(upstream=("127.0.0.1", port))
+    polling = proxy.seen(b"GET /v1/agents/a/commands")
+    # Heartbeats 60 s apart: the watchdog cannot be what notices.
+    agent = Agent(lab=name, host="a", daemon=f"http://127.0.0.1:{await proxy.start()}",
+                  token="t", backend=EmulatedBackend(count=1), interval=60)
+    task = asyncio.create_task(agent.run())
+    try:
+        online = await next_event(sub, "host.status")
+        assert online.data["status"] == "online"
+        async with asyncio.timeout(10):
+            await polling.wait()
+        proxy.cut()  # the host dies without a word
+        lost = await next_event(sub, "host.lost")
+        assert (lost.data["host"], lost.data["status"]) == ("a", "offline")
+        back = await next_event(sub, "host.status")  # the agent reconnects by itself
+        assert back.data["status"] == "online"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        sub.close()
+        await daemon.stop()
+        await proxy.stop()
