@@ -1,18 +1,17 @@
 """The terminal UI driven by Textual's pilot against a daemon on an emulated lab (real
-sockets, the real API and event stream)."""
+sockets, the real API and event stream; the daemon on a loop of its own, tests/rigs.py)."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
 
-from labd.drill import Rig, emulated_rig
-from labd.labfile import load_lab
-from tests.broker import unique_lab
+from labd.drill import Rig
+from tests.rigs import Background, background_rig
 from tests.test_failover import lab_body
 from tui.app import LabApp
 
@@ -47,15 +46,14 @@ size = "4x4"
 
 @contextlib.asynccontextmanager
 async def attached(tmp_path: Path, tag: str, body: str = LAB,
-                   before: Callable[[Rig], Awaitable[Any]] | None = None
-                   ) -> AsyncIterator[tuple[Rig, LabApp, Pilot[None]]]:
-    """A daemon on an emulated lab (``before`` run on it first) and the UI attached to it,
-    synced from its first snapshot."""
-    _, path = unique_lab(tmp_path, tag, body)
-    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=None,
-                            token="t") as rig:
+                   before: Callable[[Rig], Coroutine[Any, Any, Any]] | None = None
+                   ) -> AsyncIterator[tuple[Background, LabApp, Pilot[None]]]:
+    """A daemon on an emulated lab (``before`` run on it first), on a loop of its own as
+    it would be in a process of its own, and the UI attached to it, synced from its first
+    snapshot."""
+    with background_rig(tmp_path, tag, body) as rig:
         if before is not None:
-            await before(rig)
+            await rig.call(before)
         app = LabApp(rig.daemon.url, "t")
         async with app.run_test(size=(120, 40)) as pilot:
             async with asyncio.timeout(15):
@@ -187,10 +185,7 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
 
 
 async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
-    # The UI shares the daemon's event loop here (a redraw can hold it for tens of ms
-    # between arming the meters and sending the change): a wider light window.
-    body = "light_window_ms = 300\n" + lab_body()
-    async with attached(tmp_path, "tui5", body) as (rig, app, pilot):
+    async with attached(tmp_path, "tui5", lab_body()) as (rig, app, pilot):
         await pilot.press("d", "y")  # the job is not running yet: the drill starts it
         await until(app, lambda: "drill done" in app.last_notice, timeout=90)
         assert app.query_one(TabbedContent).active == "failover"
@@ -211,7 +206,7 @@ async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
 async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: Path) -> None:
     async with attached(tmp_path, "tui2") as (rig, app, _):
         rows = app.query_one("#portmap", DataTable).row_count
-        await rig.daemon.stop()  # the daemon goes away
+        await rig.call(lambda r: r.daemon.stop())  # the daemon goes away
         async with asyncio.timeout(15):
             await app.stale.wait()
         assert app.sub_title.startswith("STALE since")

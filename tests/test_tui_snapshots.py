@@ -2,75 +2,31 @@
 ``tests/__snapshots__`` are the reference; ``pytest --snapshot-update`` rewrites them after a
 deliberate change of looks, and a failing run writes an HTML report of the differences).
 
-The daemon runs on an emulated lab in a thread of its own (the snapshot harness runs the app
-on its own event loop); only what is deterministic is on screen: ports, partners, powers,
-circuits, mesh paths, hosts and the dialogs, not latencies.
+The daemon runs on an emulated lab in a thread of its own (tests/rigs.py; the snapshot
+harness runs the app on its own event loop); only what is deterministic is on screen:
+ports, partners, powers, circuits, mesh paths, hosts, the dialogs, and histories with set
+times, not measured latencies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
 
-from labd.drill import Rig, emulated_rig, hosts_ready, wait_for
-from labd.labfile import load_lab
+from labd.drill import Rig, hosts_ready, wait_for
 from labd.store.models import FailoverTimeline
 from labd.store.store import ReconfigurationRecord
-from tests.broker import unique_lab
+from tests.rigs import background_rig
 from tests.test_failover import lab_body
 from tests.test_tui import LAB
 from tui.app import LabApp
 
 SIZE = (110, 34)
-
-
-class Background:
-    """An emulated rig served from a thread with its own event loop."""
-
-    def __init__(self, rig: Rig, loop: asyncio.AbstractEventLoop) -> None:
-        self.rig, self.loop = rig, loop
-
-    def run(self, work: Callable[[Rig], Coroutine[Any, Any, Any]]) -> Any:
-        return asyncio.run_coroutine_threadsafe(work(self.rig), self.loop).result(60)
-
-
-@contextlib.contextmanager
-def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
-    _, path = unique_lab(tmp_path, tag, body)
-    lab = load_lab(path)
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def serve() -> None:
-        box["stop"] = asyncio.Event()
-        async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None,
-                                token="t") as rig:
-            box["bg"] = Background(rig, asyncio.get_running_loop())
-            started.set()
-            await box["stop"].wait()
-
-    def main() -> None:
-        try:
-            asyncio.run(serve())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=main, name="rig", daemon=True)
-    thread.start()
-    assert started.wait(60) and "bg" in box, "the emulated lab did not start"
-    background: Background = box["bg"]
-    try:
-        yield background
-    finally:
-        background.loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(60)
 
 
 def settled(*keys: str) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
