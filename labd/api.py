@@ -6,7 +6,6 @@ Reads are open; changes need ``Authorization: Bearer <token>``. Errors are JSON 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -90,12 +89,6 @@ def route_dict(route: CircuitRoute) -> dict[str, Any]:
     return {"from": route.src, "to": route.dst,
             "hops": [{"switch": h.switch, "ingress": h.ingress, "egress": h.egress}
                      for h in route.hops]}
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns once the client has gone (its connection closed)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 def row_dict(row: Reconfiguration) -> dict[str, Any]:
@@ -290,28 +283,13 @@ def create_app(daemon: Daemon) -> FastAPI:
         return {"accepted": True}
 
     @app.get("/v1/agents/{host}/commands", dependencies=[Depends(authorised)])
-    async def agent_commands(host: str, request: Request,
-                             wait_s: Annotated[float, Query(ge=0, le=60)] = 20
+    async def agent_commands(host: str, wait_s: Annotated[float, Query(ge=0, le=60)] = 20
                              ) -> list[dict[str, Any]]:
         """The job commands waiting for a host's agent (long poll: waits up to ``wait_s``
-        for the first). The poll stands in for MQTT's last will: an agent whose connection
-        drops while it waits (its process killed, its host gone) is offline at once, not
-        1.5 heartbeats later."""
+        for the first)."""
         if host not in daemon.hosts.hosts:
             raise HTTPException(404, f"no host {host!r} in the lab file")
-        taking = asyncio.ensure_future(daemon.commands.take(host, wait_s))
-        gone = asyncio.ensure_future(_disconnected(request))
-        answered = False
-        try:
-            await asyncio.wait((taking, gone), return_when=asyncio.FIRST_COMPLETED)
-            answered = taking.done()
-        finally:
-            gone.cancel()
-            taking.cancel()  # nothing is lost: a waiting queue get takes nothing
-        if answered:
-            return taking.result()
-        daemon.hosts.handle(host, "status", b"offline")
-        return []
+        return await daemon.commands.take(host, wait_s)
 
     @app.post("/v1/drills/failover", dependencies=[Depends(authorised)], status_code=202)
     async def drill(body: DrillBody) -> dict[str, Any]:

@@ -86,27 +86,19 @@ technology = "ideal"
 
 
 class CuttableProxy:
-    """A TCP proxy (to the broker, or ``upstream``) whose connections a test can cut (a
-    broker restart, a pulled cable), so that reconnection is exercised on the real thing.
-    :meth:`seen` is an event set once the client side has sent bytes holding a pattern."""
+    """A TCP proxy to the broker whose connections a test can cut (a broker restart, a
+    pulled cable), so that the bridge's reconnection is exercised on the real broker."""
 
-    def __init__(self, upstream: tuple[str, int] = BROKER) -> None:
-        self.upstream = upstream
+    def __init__(self) -> None:
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.Server | None = None
-        self._watched: list[tuple[bytes, asyncio.Event]] = []
-
-    def seen(self, pattern: bytes) -> asyncio.Event:
-        event = asyncio.Event()
-        self._watched.append((pattern, event))
-        return event
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
         return int(self.server.sockets[0].getsockname()[1])
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        up_reader, up_writer = await asyncio.open_connection(*BROKER)
         self.writers += [writer, up_writer]
 
         async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
@@ -114,10 +106,6 @@ class CuttableProxy:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
-                    if dst is up_writer:
-                        for pattern, event in self._watched:
-                            if pattern in data:
-                                event.set()
             except (ConnectionError, asyncio.CancelledError):
                 pass
             finally:
