@@ -37,7 +37,7 @@ from labd.drill import (
     measure_failover,
     timeline_table,
 )
-from labd.engine import MAX_LOG_POINTS, Result
+from labd.engine import Result, log_resolution
 from labd.labfile import Lab, load_lab
 from labd.stats import percentile
 from labd.verify import light_drill
@@ -201,7 +201,7 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
             mesh = type(switch).driver == "qontrol-mesh"
             # A mesh settles in tens of µs: log finer and over a shorter window.
             window = 0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000)
-            resolution = 1e-5 if mesh else max(1e-4, window / MAX_LOG_POINTS)
+            resolution = log_resolution(window, 1e-5 if mesh else 1e-4)
             task = progress.add_task(f"light on {switch.name}", total=events)
 
             def tick(task: TaskID = task) -> None:

@@ -64,6 +64,12 @@ class Unavailable(RequestError):
 #: The most points a light-verification log takes per channel.
 MAX_LOG_POINTS = 20_000
 
+
+def log_resolution(window_s: float, finest_s: float) -> float:
+    """The sample time for a light-verification log over ``window_s``: ``finest_s``, but
+    coarser where the window would take more than a meter's bounded number of points."""
+    return max(finest_s, window_s / MAX_LOG_POINTS)
+
 #: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
 #: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
 PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
@@ -386,7 +392,7 @@ class Engine:
             groups.setdefault(meter, {})[channel] = present
         window = self.window_s(switch)
         # A long window is logged coarser: a meter holds a bounded number of points.
-        resolution = max(self.light_resolution_s, window / MAX_LOG_POINTS)
+        resolution = log_resolution(window, self.light_resolution_s)
         started = []
         for meter, wanted in groups.items():
             channels = sorted(wanted)
