@@ -83,6 +83,12 @@ async def kernel_stamping() -> AsyncIterator[None]:
         tx.close()
 
 
+#: How far before the send a kernel stamp may read: on loopback it was seen up to 65 µs
+#: before a reading taken just before the send (in 2 runs of 40; why, not pinned down).
+#: Far below the 50 ms the loop is held, which is what these tests tell apart.
+STAMP_SLACK_NS = 500_000
+
+
 def hold_the_loop() -> int:
     """Keep the event loop from running for a while, as a busy machine would; returns when
     it is free again. Nothing waits on this: it makes the gap the stamps must see past."""
@@ -106,7 +112,8 @@ async def test_a_replys_arrival_is_when_it_landed_not_when_the_loop_read_it() ->
         free = hold_the_loop()
         assert await link.read_line() == "answer"
         assert link.answered_ns is not None and link.sent_ns is not None
-        assert link.sent_ns <= before <= link.answered_ns < free
+        assert link.sent_ns <= before <= link.answered_ns + STAMP_SLACK_NS
+        assert link.answered_ns < free
     finally:
         await link.close()
         peer.close()
@@ -135,7 +142,7 @@ async def test_an_emulated_switch_keeps_its_timing_from_the_commands_arrival(
     finally:
         client.close()
     first, second = lab.truth("ocs1", seen[-1]["seq"] if seen else 0, light=False)["changes"]
-    assert before <= first["arrived_ns"] < free
+    assert before <= first["arrived_ns"] + STAMP_SLACK_NS and first["arrived_ns"] < free
     assert first["settled_ns"] - first["arrived_ns"] == 20_000_000
     assert second["arrived_ns"] >= first["settled_ns"]
     assert second["settled_ns"] - second["arrived_ns"] == 20_000_000
