@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from emulators.calient import CalientOptions, CalientSwitch
-from emulators.crossconnect import SwitchModel
-from emulators.faults import METER_FAULT_KINDS, Faults, parse_fault
-from emulators.keysight import KeysightMeter, KeysightOptions
-from emulators.meters import MeterModel
-from emulators.optics import EndpointSpec, FiberSpec, OpticalModel
-from emulators.polatis import PolatisOptions, PolatisSwitch
-from emulators.qontrol import MeshDevice, QontrolOptions
-from emulators.server import Endpoint, Interface
-from emulators.thorlabs import ThorlabsMeter, ThorlabsOptions
-from emulators.timing import TimingModel
+from emulators.devices.calient import CalientOptions, CalientSwitch
+from emulators.devices.keysight import KeysightMeter, KeysightOptions
+from emulators.devices.polatis import PolatisOptions, PolatisSwitch
+from emulators.devices.qontrol import MeshDevice, QontrolOptions
+from emulators.devices.thorlabs import ThorlabsMeter, ThorlabsOptions
+from emulators.physics.crossconnect import SwitchModel
+from emulators.physics.meters import MeterModel
+from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
+from emulators.physics.timing import TimingModel
+from emulators.wire.faults import METER_FAULT_KINDS, Faults, parse_fault
+from emulators.wire.server import Endpoint, Interface
 
 
 class HostControl(Protocol):
@@ -256,7 +256,7 @@ class EmulatedLab:
         return self.optics.dbm_now(node)
 
     def inject(self, emulator_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Apply a fault (see emulators.faults); raises ValueError with a clear message."""
+        """Apply a fault (see emulators.wire.faults); raises ValueError with a clear message."""
         device = self.device(emulator_id)
         fault = parse_fault(body)
         if fault.kind in ("fail_port", "restore_port"):

@@ -1,3 +1,3 @@
-from labd.cli import main
+from labd.commands.main import main
 
 main()

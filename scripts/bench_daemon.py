@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from instruments.polatis_scpi import PolatisScpi
-from labd.backdoor import Backdoor, spawn_emulators
-from labd.daemon import Daemon
-from labd.labfile import load_lab
+from labd.client.control import Backdoor, spawn_emulators
+from labd.daemon.core import Daemon
+from labd.lab.file import load_lab
 from labd.runtime import run
 from labd.stats import percentile
 from labd.store.store import ReconfigurationRecord, Store

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 
-from labd.drivers import make_meter, make_switch
-from labd.emulate import emulated_lab, endpoint_of
-from labd.labfile import load_lab
+from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.emulation.verify import light_drill
+from labd.fabric.drivers import make_meter, make_switch
+from labd.lab.file import load_lab
+from labd.lab.wiring import dark_ingress, metered_paths
 from labd.runtime import run
 from labd.stats import percentile
-from labd.verify import light_drill
-from labd.wiring import dark_ingress, metered_paths
 
 CASES = (  # switch, meter channel on its path, logging resolution, window, target µs
     ("ocs1", "pm1", 1e-4, 0.15, 1000.0),

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from labd.drill import emulated_rig
-from labd.labfile import load_lab
+from labd.emulation.drill import emulated_rig
+from labd.lab.file import load_lab
 from labd.stats import percentile
 from tui.app import LabApp
 

@@ -3,7 +3,7 @@
 ``labd run demo`` (every switch family emulated) runs in one process; ``labd tui`` runs in
 a real terminal (a tmux session, 160x50) against it; this script drives a steady stream of
 reconfigurations through the API (toggling a free pair on every switch in turn, through
-labd.campaign) and reads both processes' CPU time from /proc. Printed: the UI's CPU use
+labd.measure.campaign) and reads both processes' CPU time from /proc. Printed: the UI's CPU use
 idle and under the stream, as a share of one core, next to the daemon's. Linux and tmux.
 
     python scripts/bench_tui_cpu.py [--rate 10] [--seconds 20]
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from labd.campaign import ReconfigPlan, run_reconfig
-from labd.client import DaemonClient
+from labd.client.api import DaemonClient
+from labd.measure.campaign import ReconfigPlan, run_reconfig
 
 SWITCHES = ("ocs1", "ocs2", "ocs3", "mesh1")
 TICK = os.sysconf("SC_CLK_TCK")

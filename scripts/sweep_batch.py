@@ -6,9 +6,9 @@
 import argparse
 import asyncio
 
-from labd.campaign import ReconfigPlan, run_reconfig, summary
-from labd.client import DaemonClient
-from labd.daemon import find_token
+from labd.client.api import DaemonClient
+from labd.daemon.core import find_token
+from labd.measure.campaign import ReconfigPlan, run_reconfig, summary
 
 
 async def main(url: str, switch: str, rounds: int, token: str | None = None) -> list[dict]:

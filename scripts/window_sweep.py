@@ -1,5 +1,5 @@
 """How much compute between communication phases hides reconfiguration? Replays a synthetic
-3D-parallel schedule (labd.schedule) with growing compute windows, speculatively, and
+3D-parallel schedule (labd.measure.schedule) with growing compute windows, speculatively, and
 prints the share of windows hidden and the time added per iteration.
 
     python scripts/window_sweep.py [--url http://127.0.0.1:8470] [--switch ocs1] [--ports 16]
@@ -8,9 +8,9 @@ prints the share of windows hidden and the time added per iteration.
 import argparse
 import asyncio
 
-from labd.client import DaemonClient
-from labd.daemon import find_token
-from labd.schedule import replay, schedule_summary, synthetic
+from labd.client.api import DaemonClient
+from labd.daemon.core import find_token
+from labd.measure.schedule import replay, schedule_summary, synthetic
 
 
 async def main(url: str, switch: str, ports: int, token: str | None = None,

@@ -11,9 +11,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from labd.daemon import Daemon
-from labd.drill import Rig, emulated_rig
-from labd.labfile import load_lab
+from labd.daemon.core import Daemon
+from labd.emulation.drill import Rig, emulated_rig
+from labd.lab.file import load_lab
 from tests.broker import unique_lab
 
 

@@ -36,7 +36,8 @@ from textual.widgets import (
 )
 from textual.worker import WorkerCancelled, WorkerFailed
 
-from labd.campaign import (
+from labd.client.api import DaemonClient, DaemonError
+from labd.measure.campaign import (
     SPANS,
     CampaignError,
     ReconfigPlan,
@@ -47,7 +48,6 @@ from labd.campaign import (
     span_ms,
     summary,
 )
-from labd.client import DaemonClient, DaemonError
 
 STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
           "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
@@ -253,7 +253,7 @@ class LabApp(App[None]):
         """How long each port-map update took (scripts/bench_tui.py reads it)."""
         self.jobs: list[dict[str, Any]] = []
         self.phase_ms: dict[tuple[str, str], list[float]] = {}
-        """(switch, span) → the last 500 reconfigurations' times (labd.campaign.SPANS)."""
+        """(switch, span) → the last 500 reconfigurations' times (labd.measure.campaign.SPANS)."""
         self.circuit_at: dict[str, str] = {}
         """``switch:port`` → the end-to-end circuit through it, "h0.nic0 → h1.nic0"."""
         self.mesh_paths: dict[str, dict[str, Any]] = {}

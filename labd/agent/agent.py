@@ -27,7 +27,7 @@ from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, LinkDown, http_link, mqtt_link
 from labd.agent.nics import Nics
 from labd.agent.smi import SmiError
-from labd.bus import parse_url
+from labd.daemon.bus import parse_url
 from labd.errors import LabdError
 
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import aiomqtt
 import httpx
 
-from labd.bus import NO_DELAY, parse_url, publish
-from labd.client import call_json
+from labd.client.api import call_json
+from labd.daemon.bus import NO_DELAY, parse_url, publish
 from labd.errors import LabdError
 
 #: How long one command poll waits at the daemon for a command (HTTP).

@@ -95,7 +95,7 @@ class FailoverTimeline(Base):
     job: Mapped[str] = mapped_column(String(64), index=True)
     outcome: Mapped[str] = mapped_column(String(24))
     """in-progress, awaiting-operator, recovered, no-spare, declined, recorded, failed,
-    timeout, skipped (labd.jobs)"""
+    timeout, skipped (labd.hosts.jobs)"""
     stages: Mapped[dict[str, Any]] = mapped_column(JSON)
     """stage → CLOCK_MONOTONIC ns on the daemon's clock (None: not reached)"""
     wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))

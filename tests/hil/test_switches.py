@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from labd.drivers import make_switch
-from labd.labfile import SWITCH_ENTRIES, load_lab
+from labd.fabric.drivers import make_switch
+from labd.lab.file import SWITCH_ENTRIES, load_lab
 
 LAB = os.environ.get("LABD_HIL_LAB")
 pytestmark = [pytest.mark.hil,

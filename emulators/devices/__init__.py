@@ -1,0 +1,3 @@
+"""One module per device family: the device model (state, timing, faults, ground truth)
+and its protocol interfaces (Polatis SCPI and TL1, CALIENT TL1, Keysight N77xx, Thorlabs
+PM100, the Qontrol board). Each speaks its protocol as docs/protocols.md describes it."""

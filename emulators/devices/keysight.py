@@ -1,0 +1,319 @@
+"""A Keysight N7744A/N7745A multiport optical power meter over SCPI (TCP 5025), following
+protocols.md §4.1: per-channel wavelength, unit, range, averaging time, single reads, and
+the logging function whose result is an IEEE 488.2 block of little-endian float32.
+
+Options: ``model`` (N7744A: 4 channels, N7745A: 8), ``serial``, ``firmware``,
+``overrange`` (the over-range sentinel, [?]: 9.91E37 by default), ``noise_db``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from emulators.physics.crossconnect import sleep_until
+from emulators.physics.meters import MeterModel, SensorMissing
+from emulators.wire.faults import Faults
+from emulators.wire.scpi import (
+    ScpiDeviceSession,
+    ScpiError,
+    definite_block,
+    parse_bool,
+    parse_number,
+)
+from emulators.wire.server import Interface, SessionInterface
+
+CHANNELS = {"N7744A": 4, "N7745A": 8, "N7744C": 4, "N7745C": 8}
+MAX_LOG_POINTS = 1_000_000
+#: Log points worked out between turns of the loop (a few tenths of a millisecond).
+LOG_SLICE = 100
+
+
+@dataclass
+class KeysightOptions:
+    model: str = "N7744A"
+    serial: str = "MY12345678"
+    firmware: str = "1.220"
+    overrange: float = 9.91e37
+    noise_db: float = 0.01
+    seed: int | None = None
+
+
+@dataclass
+class Logging:
+    points: int = 100
+    atime_s: float = 1e-4
+    running: bool = False
+    armed: bool = False  # waiting for a trigger (TRIG:INP CME)
+    start_ns: int = 0
+    result: np.ndarray | None = None
+    trigger: str = "IGN"
+
+    @property
+    def end_ns(self) -> int:
+        return self.start_ns + int(self.points * self.atime_s * 1e9)
+
+
+@dataclass
+class KeysightState:
+    logging: dict[int, Logging] = field(default_factory=dict)
+
+
+class KeysightMeter:
+    kind = "keysight"
+
+    def __init__(self, name: str, options: KeysightOptions, timing: Any = None) -> None:
+        if options.model not in CHANNELS:
+            raise ValueError(f"Keysight model {options.model!r}: expected one of "
+                             f"{', '.join(CHANNELS)}")
+        self.name = name
+        self.options = options
+        self.meter = MeterModel(name, CHANNELS[options.model], noise_db=options.noise_db,
+                                overrange=options.overrange, seed=options.seed)
+        self.faults = Faults()
+        self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+        self.scpi = SessionInterface("scpi", b"\n", lambda: KeysightSession(self))
+
+    def interfaces(self) -> dict[str, Interface]:
+        return {"scpi": self.scpi}
+
+    def reset(self) -> None:
+        self.meter.reset()
+        self.faults.clear()
+        self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+
+    def boot(self) -> None:
+        self.reset()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"channels": {str(c): {"wavelength_nm": s.wavelength_nm,
+                                      "unit": "W" if s.unit_watts else "dBm",
+                                      "atime_s": s.atime_s, "fault": s.fault,
+                                      "logging": self.logs[c].running}
+                             for c, s in self.meter.state.items()}}
+
+    def idn(self) -> str:
+        return f"Keysight Technologies,{self.options.model},{self.options.serial}," \
+               f"{self.options.firmware}"
+
+
+
+
+class KeysightSession(ScpiDeviceSession):
+    garbage = b"\x15#!?garbage\n"
+
+    def __init__(self, device: KeysightMeter) -> None:
+        self.device = device
+        self.meter = device.meter
+        table = {
+            "*IDN?": lambda a, s: device.idn(),
+            "*RST": self._rst,
+            "*CLS": lambda a, s: self.state.errors.clear(),
+            "*OPC?": lambda a, s: "1",
+            "*ESR?": lambda a, s: "0",
+            ":SYSTem:ERRor?": lambda a, s: self.state.pop_error(),
+            ":SENSe:POWer:WAVelength": self._set_wavelength,
+            ":SENSe:POWer:WAVelength?": lambda a, s: f"{self._ch(s).wavelength_nm * 1e-9:.5E}",
+            ":SENSe:POWer:UNIT": self._set_unit,
+            ":SENSe:POWer:UNIT?": lambda a, s: "1" if self._ch(s).unit_watts else "0",
+            ":SENSe:POWer:RANGe": self._set_range,
+            ":SENSe:POWer:RANGe?": lambda a, s: f"{self._ch(s).range_dbm:+.0f}",
+            ":SENSe:POWer:RANGe:AUTO": self._set_auto,
+            ":SENSe:POWer:RANGe:AUTO?": lambda a, s: "1" if self._ch(s).auto_range else "0",
+            ":SENSe:POWer:GAIN:AUTO": lambda a, s: self._touch(s) and None,
+            ":SENSe:POWer:GAIN:AUTO?": lambda a, s: "1",
+            ":SENSe:POWer:ATIMe": self._set_atime,
+            ":SENSe:POWer:ATIMe?": lambda a, s: f"{self._ch(s).atime_s:.6E}",
+            ":SENSe:CORRection:COLLect:ZERO": self._zero,
+            ":SENSe:CORRection:COLLect:ZERO:ALL": self._zero_all,
+            ":READ:POWer?": self._read,
+            ":FETCh:POWer?": self._fetch,
+            ":FETCh:POWer:ALL?": self._fetch_all,
+            ":INITiate:IMMediate": lambda a, s: None,
+            ":INITiate:CONTinuous": lambda a, s: None,
+            ":TRIGger:INPut": self._set_trigger,
+            ":TRIGger:INPut?": lambda a, s: self._log(s).trigger,
+            ":TRIGger": self._software_trigger,
+            ":SENSe:FUNCtion:PARameter:LOGGing": self._set_logging,
+            ":SENSe:FUNCtion:PARameter:LOGGing?": lambda a, s: (
+                f"{self._log(s).points},{self._log(s).atime_s:.6E}"),
+            ":SENSe:FUNCtion:STATe": self._function,
+            ":SENSe:FUNCtion:STATe?": self._function_state,
+            ":SENSe:FUNCtion:RESult?": self._result,
+        }
+        super().__init__(table, error_format='{signed},"{text}"')
+
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _channel(self, suffixes: list[int]) -> int:
+        channel = suffixes[0] if suffixes else 1
+        if channel not in self.meter.state:
+            raise ScpiError(-114, f"Header suffix out of range; channels 1..{self.meter.channels}")
+        return channel
+
+    def _ch(self, suffixes: list[int]) -> Any:
+        return self.meter.state[self._channel(suffixes)]
+
+    def _log(self, suffixes: list[int]) -> Logging:
+        return self.device.logs[self._channel(suffixes)]
+
+    def _touch(self, suffixes: list[int]) -> bool:
+        """Setting any property stops a running logging function (as on the device)."""
+        log = self._log(suffixes)
+        log.running = log.armed = False
+        return True
+
+    def _rst(self, args: str, _: list[int]) -> None:
+        self.state.errors.clear()
+        self.device.reset()
+
+    def _set_wavelength(self, args: str, s: list[int]) -> None:
+        metres = parse_number(args, ("M", "NM", "UM", "PM", "MM"))
+        if not 1.2e-6 <= metres <= 1.7e-6:
+            raise ScpiError(-222, "Data out of range; wavelength 1200-1700 nm")
+        self._touch(s)
+        self._ch(s).wavelength_nm = metres * 1e9
+
+    def _set_unit(self, args: str, s: list[int]) -> None:
+        value = args.strip().upper()
+        if value not in ("0", "1", "DBM", "W", "WATT"):
+            raise ScpiError(-224, "Illegal parameter value; expected 0, 1, DBM or W")
+        self._touch(s)
+        self._ch(s).unit_watts = value in ("1", "W", "WATT")
+
+    def _set_range(self, args: str, s: list[int]) -> None:
+        value = parse_number(args, ("DBM",))
+        if value not in (10, 0, -10, -20, -30):
+            raise ScpiError(-222, "Data out of range; ranges +10, 0, -10, -20, -30 dBm")
+        self._touch(s)
+        channel = self._ch(s)
+        channel.range_dbm, channel.auto_range = value, False
+
+    def _set_auto(self, args: str, s: list[int]) -> None:
+        self._touch(s)
+        self._ch(s).auto_range = parse_bool(args)
+
+    def _set_atime(self, args: str, s: list[int]) -> None:
+        seconds = parse_number(args, ("S", "MS", "US"))
+        if not 1e-6 <= seconds <= 10:
+            raise ScpiError(-222, "Data out of range; averaging time 1 us to 10 s")
+        self._touch(s)
+        self._ch(s).atime_s = seconds
+
+    def _zero(self, args: str, s: list[int]) -> None:
+        channel = self._ch(s)
+        dark = self._windows(self._channel(s), self.arrived_ns, channel.atime_s, 1)
+        channel.offset_db = float(dark[0]) + 90.0 if np.isfinite(dark[0]) else 0.0
+
+    def _zero_all(self, args: str, s: list[int]) -> None:
+        for channel in self.meter.state:
+            self._zero(args, [channel])
+
+    def _windows(self, channel: int, start_ns: int, atime_s: float, count: int) -> np.ndarray:
+        try:
+            return self.meter.windows_dbm(channel, start_ns, atime_s, count)
+        except SensorMissing:
+            raise ScpiError(-241, "Hardware missing; no sensor") from None
+
+    async def _log_windows(self, channel: int, start_ns: int, atime_s: float, count: int
+                           ) -> np.ndarray:
+        """A whole log, worked out a slice at a time with the loop free in between: a long
+        log of a moving mesh takes tens of ms, which must not make another device's reply
+        late (on hardware each device has its own processor)."""
+        width = max(1, int(atime_s * 1e9))
+        parts = []
+        for first in range(0, count, LOG_SLICE):
+            n = min(LOG_SLICE, count - first)
+            parts.append(self._windows(channel, start_ns + first * width, atime_s, n))
+            if first + n < count:
+                await asyncio.sleep(0)
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    async def _read(self, args: str, s: list[int]) -> str:
+        channel = self._channel(s)
+        atime = self.meter.state[channel].atime_s
+        start = max(self.arrived_ns, time.monotonic_ns())
+        await sleep_until(start + int(atime * 1e9))  # the measurement takes its window
+        dbm = self._windows(channel, start, atime, 1)
+        return f"{self.meter.in_unit(channel, dbm)[0]:+.6E}"
+
+    def _fetch(self, args: str, s: list[int]) -> str:
+        channel = self._channel(s)
+        state = self.meter.state[channel]
+        return f"{self.meter.in_unit(channel, np.array([state.last_dbm]))[0]:+.6E}"
+
+    def _fetch_all(self, args: str, s: list[int]) -> bytes:
+        values = [self.meter.in_unit(c, np.array([st.last_dbm]))[0]
+                  for c, st in self.meter.state.items()]
+        return definite_block(np.asarray(values, dtype="<f4").tobytes())
+
+    def _set_trigger(self, args: str, s: list[int]) -> None:
+        value = args.strip().upper()
+        names = {"IGN": "IGN", "IGNORE": "IGN", "SME": "SME", "CME": "CME", "MME": "MME"}
+        if value not in names:
+            raise ScpiError(-224, "Illegal parameter value; expected IGN, SME, CME or MME")
+        self._touch(s)
+        self._log(s).trigger = names[value]
+
+    def _software_trigger(self, args: str, s: list[int]) -> None:
+        for log in self.device.logs.values():
+            if log.armed:
+                log.armed, log.running, log.start_ns = False, True, self.arrived_ns
+
+    def _set_logging(self, args: str, s: list[int]) -> None:
+        parts = [p.strip() for p in args.split(",")]
+        if len(parts) != 2:
+            raise ScpiError(-109, "Missing parameter; expected <points>,<averaging time>")
+        try:
+            points = int(parts[0])
+        except ValueError:
+            raise ScpiError(-104, "Data type error; points must be a whole number") from None
+        atime = parse_number(parts[1], ("S", "MS", "US"))
+        if not 1 <= points <= MAX_LOG_POINTS or not 1e-6 <= atime <= 10:
+            raise ScpiError(-222, f"Data out of range; 1..{MAX_LOG_POINTS} points, "
+                                  "1 us..10 s")
+        log = self._log(s)
+        if log.running or log.armed:
+            raise ScpiError(-221, "Settings conflict; stop the logging function first")
+        log.points, log.atime_s, log.result = points, atime, None
+
+    def _function(self, args: str, s: list[int]) -> None:
+        function, _, action = (p.strip().upper() for p in args.partition(","))
+        if function not in ("LOGG", "LOGGING") or action not in ("STAR", "START", "STOP"):
+            raise ScpiError(-224, "Illegal parameter value; expected LOGG,STAR or LOGG,STOP")
+        log = self._log(s)
+        log.result = None
+        if action == "STOP":
+            log.running = log.armed = False
+        elif log.trigger == "CME":
+            log.armed, log.running = True, False
+        else:
+            log.running, log.armed, log.start_ns = True, False, self.arrived_ns
+
+    def _function_state(self, args: str, s: list[int]) -> str:
+        log = self._log(s)
+        if log.armed or (log.running and time.monotonic_ns() < log.end_ns):
+            return "LOGGING_STABILITY,PROGRESS"
+        if log.running or log.result is not None:
+            return "LOGGING_STABILITY,COMPLETE"
+        return "NONE,COMPLETE"
+
+    async def _result(self, args: str, s: list[int]) -> bytes:
+        channel = self._channel(s)
+        log = self.device.logs[channel]
+        if log.result is None:
+            if not log.running:
+                raise ScpiError(-230, "Data corrupt or stale; no logging result")
+            # Asking before the log completes blocks, as the device does (clients time out).
+            await sleep_until(log.end_ns)
+            if log.running:
+                dbm = await self._log_windows(channel, log.start_ns, log.atime_s, log.points)
+                log.result = self.meter.in_unit(channel, dbm)
+        return definite_block(np.asarray(log.result, dtype="<f4").tobytes())
+
+
+__all__ = ["KeysightMeter", "KeysightOptions"]

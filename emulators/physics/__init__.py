@@ -1,0 +1,3 @@
+"""The physical model behind the emulators: light through fibers and switches (optics),
+cross-connect timing, the MZI mesh, what a meter reads, and the ground truth every change
+leaves (when its command arrived, when light settled)."""

@@ -1,0 +1,2 @@
+"""The wire side every emulator shares: the TCP/pty server, SCPI and TL1 framing, and the
+faults a test can inject into a session (drop, silence, garbage, delay)."""

@@ -1,0 +1,1 @@
+"""The HTTP API under ``/v1`` and the WebSocket event stream."""

@@ -1,0 +1,230 @@
+"""MQTT: the daemon's events on ``labd/<lab>/events/<kind>``, retained state on
+``labd/<lab>/state/...``, the daemon's liveness on ``labd/<lab>/daemon`` (``online``, and
+``offline`` as its last will), and commands on ``labd/<lab>/command/<switch>`` answered on
+``labd/<lab>/command/<switch>/result``.
+
+A command payload is JSON: ``{"token": "...", "connect": [[a, b], ...]}``, or
+``"disconnect": [ports]``, or ``"replace": [[a, b], ...]``; an optional ``"id"`` comes back
+in the result as ``request_id``. A bad payload gets a result with ``"error"`` and changes nothing.
+The bridge reconnects to the broker by itself, with backoff, and republishes its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import secrets
+import socket
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import aiomqtt
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from labd.errors import LabdError
+from labd.fabric.engine import RequestError
+
+if TYPE_CHECKING:
+    from labd.daemon.core import Daemon
+
+log = logging.getLogger(__name__)
+
+
+class Command(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: str
+    id: str | int | None = None
+    connect: list[tuple[int, int]] | None = None
+    disconnect: list[int] | None = None
+    replace: list[tuple[int, int]] | None = None
+    verify_light: bool = True
+
+
+class BusError(LabdError):
+    """The MQTT settings cannot be used."""
+
+
+#: Small messages go out at once. Without TCP_NODELAY a message sent right behind another
+#: (an agent's event after its heartbeat) waits for the broker's delayed ACK: 40 ms on Linux.
+NO_DELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+
+
+async def publish(client: aiomqtt.Client, topic: str, payload: str | bytes, *, qos: int = 0,
+                  retain: bool = False) -> None:
+    """``client.publish``, run so that a cancellation reaches the caller. aiomqtt waits with
+    asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as the
+    wait ends: a task looping on publishes would then never stop (and a TaskGroup would
+    wait for it forever). Awaited through a shield, the cancellation is ours to receive."""
+    sending = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
+    try:
+        await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        sending.cancel()
+        # Nobody awaits it any more: take its outcome so it is not reported as lost.
+        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
+        raise
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    try:
+        parts = urlsplit(url if "://" in url else f"mqtt://{url}")
+        port = parts.port or 1883
+    except ValueError:
+        raise BusError(f"MQTT broker {url!r}: the port must be a number") from None
+    if parts.scheme not in ("mqtt", "tcp") or not parts.hostname:
+        raise BusError(f"MQTT broker {url!r}: expected mqtt://HOST[:PORT]")
+    return parts.hostname, port
+
+
+class MqttBridge:
+    def __init__(self, daemon: Daemon, url: str) -> None:
+        self.daemon = daemon
+        self.host, self.port = parse_url(url)
+        self.prefix = f"labd/{daemon.lab.lab.name}"
+        self.connected = asyncio.Event()
+        self.sessions = 0
+        """Broker sessions so far (a reconnection makes a new one)."""
+        self._session_started = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._client: aiomqtt.Client | None = None
+
+    async def wait_sessions(self, count: int, timeout: float) -> None:
+        """Wait until the bridge has had ``count`` broker sessions."""
+        async with asyncio.timeout(timeout), self._session_started:
+            await self._session_started.wait_for(lambda: self.sessions >= count)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="labd-mqtt")
+
+    async def send_to_host(self, host: str, message: dict[str, Any]) -> None:
+        """A command for a host's agent (``labd/<lab>/hosts/<host>/job``)."""
+        client = self._client
+        if client is None or not self.connected.is_set():
+            raise BusError(f"cannot reach host {host}: the daemon is not connected to the "
+                           f"MQTT broker {self.host}:{self.port}")
+        try:
+            await publish(client, f"{self.prefix}/hosts/{host}/job", json.dumps(message), qos=1)
+        except aiomqtt.MqttError as exc:
+            raise BusError(f"cannot reach host {host}: {exc}") from None
+
+    async def stop(self) -> None:
+        """Say ``offline`` (a clean disconnect sends no last will), then leave."""
+        if self._client is not None and self.connected.is_set():
+            with contextlib.suppress(aiomqtt.MqttError):
+                await publish(self._client, f"{self.prefix}/daemon", "offline", qos=1,
+                                           retain=True)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = 0.1
+        will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
+        while True:
+            try:
+                async with aiomqtt.Client(self.host, self.port, will=will,
+                                          socket_options=NO_DELAY,
+                                          identifier=f"labd-{secrets.token_hex(4)}") as client:
+                    delay = 0.1
+                    await self._session(client)
+            except aiomqtt.MqttError as exc:
+                self.connected.clear()
+                log.warning("MQTT broker %s:%d: %s; retrying in %.1f s", self.host, self.port,
+                            exc, delay)
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                delay = min(delay * 2, 10.0)
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        snapshot, subscription = self.daemon.hub.subscribe()
+        self._client = client
+        try:
+            await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
+            await self._publish_state(client, snapshot)
+            await client.subscribe(f"{self.prefix}/command/+")
+            await client.subscribe(f"{self.prefix}/hosts/+/+")
+            self.connected.set()
+            async with self._session_started:
+                self.sessions += 1
+                self._session_started.notify_all()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._forward(client, subscription))
+                group.create_task(self._commands(client))
+        except* aiomqtt.MqttError as group_error:
+            raise group_error.exceptions[0] from None
+        finally:
+            self._client = None
+            subscription.close()
+
+    async def _publish_state(self, client: aiomqtt.Client, snapshot: dict[str, Any]) -> None:
+        for instrument in snapshot["instruments"]:
+            await publish(client, f"{self.prefix}/state/instruments/{instrument['id']}",
+                                 json.dumps(instrument), qos=1, retain=True)
+        for switch, pairs in snapshot["intended"].items():
+            await publish(client, f"{self.prefix}/state/switches/{switch}",
+                                 json.dumps({"intended": pairs}), qos=1, retain=True)
+
+    async def _forward(self, client: aiomqtt.Client, subscription: Any) -> None:
+        while True:
+            event = await subscription.next()
+            if event is None:  # fell behind: start over from a snapshot
+                raise aiomqtt.MqttError("event stream overflowed; resyncing")
+            await publish(client, f"{self.prefix}/events/{event.kind}",
+                                 json.dumps(event.as_dict()), qos=0)
+            if event.kind == "reconfiguration":
+                switch = event.data["switch"]
+                intended = self.daemon.engine.intended.get(switch, {})
+                await publish(client, f"{self.prefix}/state/switches/{switch}",
+                                     json.dumps({"intended": sorted(intended.items())}),
+                                     qos=1, retain=True)
+            elif event.kind == "instrument.state":
+                # Keep the retained picture current: a late subscriber sees who is offline.
+                name = event.data["instrument"]
+                for instrument in self.daemon.instruments_state():
+                    if instrument["id"] == name:
+                        await publish(client, f"{self.prefix}/state/instruments/{name}",
+                                             json.dumps(instrument), qos=1, retain=True)
+
+    async def _commands(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            topic = str(message.topic)
+            parts = topic.split("/")
+            if len(parts) == 5 and parts[2] == "hosts":  # labd/<lab>/hosts/<host>/<kind>
+                payload = message.payload if isinstance(message.payload, bytes) else str(
+                    message.payload).encode()
+                self.daemon.hosts.handle(parts[3], parts[4], payload)
+                continue
+            switch = parts[-1]
+            reply = await self.handle(switch, message.payload)
+            await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
+
+    async def handle(self, switch: str, payload: Any) -> dict[str, Any]:
+        """Carry out one command; every mistake is a result with ``error``."""
+        try:
+            data = json.loads(payload)
+        except (ValueError, TypeError) as exc:
+            return {"error": f"payload is not JSON: {exc}"}
+        try:
+            command = Command.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "payload"
+            return {"error": f"{where}: {first['msg']}"}
+        if not secrets.compare_digest(command.token, self.daemon.token):
+            return {"request_id": command.id, "error": "wrong token"}
+        actions = [a for a in ("connect", "disconnect", "replace")
+                   if getattr(command, a) is not None]
+        if len(actions) != 1:
+            return {"request_id": command.id,
+                    "error": "give exactly one of 'connect', 'disconnect' or 'replace'"}
+        try:
+            result = await self.daemon.engine.reconfigure(
+                switch, connect=command.connect or (), disconnect=command.disconnect or (),
+                replace=dict(command.replace) if command.replace is not None else None,
+                cause="api", verify_light=command.verify_light)
+        except RequestError as exc:
+            return {"request_id": command.id, "error": str(exc)}
+        return {"request_id": command.id, **result.as_dict()}

@@ -1,0 +1,419 @@
+"""The reconfiguration engine: a request for circuits becomes the smallest change per switch,
+run through the switch's driver as one batch, timed phase by phase, verified with light where
+the lab has a meter on the path, recorded, and announced.
+
+Phases (CLOCK_MONOTONIC ns): requested (the request arrived), dispatched (its ports were
+free and the command left), acknowledged (the device said it is done), light verified (the
+meters saw the light arrive or leave), done (all of it, before the record is written).
+The intended state changes only when the device acknowledged: a failed request leaves it as
+it was, and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instruments.errors import InstrumentError, InvalidRequest
+from instruments.events import Drift, LinkState
+from instruments.light import LightTimeout, LightWatch
+from instruments.meter import PowerMeter
+from instruments.switch import OpticalSwitch, Pair
+from labd.errors import LabdError
+from labd.events import EventHub
+from labd.fabric.reservations import Reservations
+from labd.lab.file import Lab
+from labd.lab.wiring import (
+    CircuitRoute,
+    MeteredPath,
+    metered_paths,
+    route_circuit,
+    trace_circuit,
+)
+from labd.store.models import PowerTrace
+from labd.store.store import ReconfigurationRecord, Store
+
+
+class RequestError(LabdError):
+    """A request that cannot be carried out as asked; ``status`` is its HTTP status."""
+
+    status = 422
+
+
+class UnknownSwitch(RequestError):
+    status = 404
+
+
+class UnknownPort(RequestError):
+    status = 404
+
+
+class PortBusy(RequestError):
+    status = 409
+
+
+class Unavailable(RequestError):
+    """The switch is offline (reconnecting): nothing was sent."""
+
+    status = 503
+
+
+#: The most points a light-verification log takes per channel.
+MAX_LOG_POINTS = 20_000
+
+
+def log_resolution(window_s: float, finest_s: float) -> float:
+    """The sample time for a light-verification log over ``window_s``: ``finest_s``, but
+    coarser where the window would take more than a meter's bounded number of points."""
+    return max(finest_s, window_s / MAX_LOG_POINTS)
+
+#: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
+#: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
+PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
+
+
+@dataclass
+class Result:
+    id: int
+    switch: str
+    cause: str
+    outcome: str
+    error: str | None
+    connected: list[Pair]
+    disconnected: list[Pair]
+    phases: dict[str, int | None] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "switch": self.switch, "cause": self.cause,
+                "outcome": self.outcome, "error": self.error,
+                "connected": [list(p) for p in self.connected],
+                "disconnected": [list(p) for p in self.disconnected], "phases": self.phases}
+
+
+class Engine:
+    def __init__(self, lab: Lab, switches: Mapping[str, OpticalSwitch],
+                 meters: Mapping[str, PowerMeter], store: Store, hub: EventHub, *,
+                 light_window_s: float | None = None,
+                 light_resolution_s: float = 1e-4) -> None:
+        self.lab = lab
+        self.switches = dict(switches)
+        self.meters = dict(meters)
+        self.store = store
+        self.hub = hub
+        self.light_window_s = light_window_s
+        """Overrides the lab file's light windows (``light_window_ms``) when set."""
+        self.light_resolution_s = light_resolution_s
+        self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
+        self.reservations = Reservations()
+        self._paths = {name: [p for p in metered_paths(lab, name) if p.meter in self.meters]
+                       for name in self.switches}
+
+    async def load_intended(self) -> None:
+        stored = await self.store.intended()
+        for name in self.switches:
+            self.intended[name] = dict(stored.get(name, {}))
+
+    # -- requests --------------------------------------------------------------------------
+    def switch(self, name: str) -> OpticalSwitch:
+        try:
+            return self.switches[name]
+        except KeyError:
+            raise UnknownSwitch(f"no switch {name!r}; switches: "
+                                f"{', '.join(sorted(self.switches)) or 'none'}") from None
+
+    def online(self, name: str) -> OpticalSwitch:
+        switch = self.switch(name)
+        if switch.state is not LinkState.ONLINE or switch.info is None:
+            raise Unavailable(f"{name} is {switch.state.value}; last error: "
+                              f"{switch.connection.last_error or 'none'}")
+        return switch
+
+    def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair]) -> list[Pair]:
+        try:
+            return switch.normalise_pairs(list(pairs))
+        except InvalidRequest as exc:
+            cls = UnknownPort if "is not on this" in exc.message else RequestError
+            raise cls(exc.message) from None
+
+    def _port(self, switch: OpticalSwitch, port: int) -> int:
+        try:
+            return switch.check_port(port)
+        except InvalidRequest as exc:
+            raise UnknownPort(exc.message) from None
+
+    def plan(self, name: str, *, connect: Iterable[Pair] = (), disconnect: Iterable[int] = (),
+             replace: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
+        """(pairs to make, pairs to break) against the intended state; raises RequestError
+        subclasses for anything wrong, before anything is touched."""
+        switch = self.switch(name)
+        intended = self.intended[name]
+        partner = {**intended, **{b: a for a, b in intended.items()}}
+        if replace is not None:
+            target = dict(self._pairs(switch, replace.items()))
+            make = sorted((a, b) for a, b in target.items() if intended.get(a) != b)
+            brk = sorted((a, b) for a, b in intended.items() if target.get(a) != b)
+            return make, brk
+        make = []
+        for a, b in self._pairs(switch, connect):
+            if intended.get(a) == b:
+                continue  # already there: nothing to do
+            for port in (a, b):
+                if port in partner:
+                    raise PortBusy(f"{name} port {port} is already in circuit "
+                                   f"{min(port, partner[port])}-{max(port, partner[port])}")
+            make.append((a, b))
+        brk = sorted({(min(p, partner[p]), max(p, partner[p]))
+                      for p in (self._port(switch, q) for q in disconnect) if p in partner})
+        return make, brk
+
+    async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
+                          disconnect: Iterable[int] = (),
+                          replace: Mapping[int, int] | None = None, cause: str = "api",
+                          verify_light: bool = True,
+                          on_acknowledged: Callable[[str, int], None] | None = None) -> Result:
+        """Carry out one request on one switch; returns once it is recorded.
+        ``on_acknowledged(switch, ns)`` hears of the device's acknowledgement at once (light
+        verification may take a while longer)."""
+        requested = time.monotonic_ns()
+        switch = self.online(name)
+        assert switch.info is not None
+        make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+        # A whole-map replacement holds the whole switch; anything else, its ports (and, for
+        # light verification, the meter channels on its paths).
+        ports = (range(1, switch.info.ports + 1) if replace is not None
+                 else {p for pair in (*make, *brk) for p in pair})
+        keys: set[tuple[str, int]] = {(name, p) for p in ports}
+        watches = self._paths_for(name, make, brk) if verify_light else {}
+        keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
+        phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
+                                         "activated": None, "acknowledged": None,
+                                         "light": None, "done": None}
+        outcome, error = "ok", None
+        async with self.reservations.hold(keys):
+            # Plan again under the reservation: a request ahead of us may have moved things
+            # (a pair someone else made on our ports is now a 409, not a surprise).
+            make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+            watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
+                                         else {}).items()
+                       if (f"meter:{k[0]}", k[1]) in keys}
+            started = await self._start_watches(name, watches)
+            phases["dispatched"] = time.monotonic_ns()
+            try:
+                # Per operation (a change is a replace, or a break then a make): its first
+                # command out, and its commands that moved the light (first out, last in).
+                wire: list[tuple[int | None, int | None, int | None]] = []
+                if replace is not None:
+                    await switch.replace(replace)
+                    wire.append((switch.exchanged[0], *switch.activation))
+                else:
+                    if brk:
+                        await switch.disconnect([a for a, _ in brk])
+                        wire.append((switch.exchanged[0], *switch.activation))
+                    if make:
+                        await switch.connect(make)
+                        wire.append((switch.exchanged[0], *switch.activation))
+                dispatched = phases["dispatched"] or 0
+                acked, activated = time.monotonic_ns(), dispatched
+                sent, moved, answered = ((wire[0][0], wire[0][1], wire[-1][2]) if wire
+                                         else (None, None, None))
+                # The device's own time: from the command leaving to the reply to the one
+                # that moved the light arriving, not counting the event loop's turns around
+                # them (nor a two-phase switch's tidying up after it).
+                if (sent is not None and moved is not None and answered is not None
+                        and switch.done_on_reply):
+                    dispatched = max(dispatched, sent)
+                    activated, acked = max(dispatched, moved), answered
+                phases["dispatched"], phases["activated"] = dispatched, activated
+                phases["acknowledged"] = acked
+                if on_acknowledged is not None:
+                    on_acknowledged(name, acked)
+            except InvalidRequest as exc:
+                # The driver refused before sending anything (a mesh that would have to
+                # move other circuits): a conflict for the caller, nothing to record.
+                await self._cancel_watches(started)
+                raise PortBusy(exc.message) from None
+            except InstrumentError as exc:
+                outcome, error = "failed", str(exc)
+                error += await self._after_failure(name)
+            if outcome == "ok" and started:
+                try:
+                    phases["light"] = await self._finish_watches(started)
+                except LightTimeout as exc:
+                    outcome, error = "light-missing", str(exc)
+                except InstrumentError as exc:
+                    # The meter failed, not the light: the change stands, unverified.
+                    self.hub.publish("warning", {"detail": f"light verification on {name} "
+                                                           f"failed: {exc}"})
+            else:
+                await self._cancel_watches(started)
+            phases["done"] = time.monotonic_ns()
+            if outcome != "failed":
+                updated = dict(self.intended[name])
+                for a, _ in brk:
+                    updated.pop(a, None)
+                updated.update(make)
+                if replace is not None:
+                    updated = dict(self._pairs(switch, replace.items()))
+                self.intended[name] = updated
+            row_id = await self.store.record(ReconfigurationRecord(
+                switch=name, cause=cause, outcome=outcome, error=error, connected=make,
+                disconnected=brk, requested_ns=requested, dispatched_ns=phases["dispatched"],
+                activated_ns=phases["activated"], acked_ns=phases["acknowledged"],
+                light_ns=phases["light"],
+                done_ns=phases["done"] or time.monotonic_ns(),
+                intended=dict(self.intended[name]) if replace is not None else None,
+                update_intended=outcome != "failed"))
+        await self._keep_traces(started, row_id)
+        result = Result(row_id, name, cause, outcome, error, make, brk, phases)
+        self.hub.publish("reconfiguration", result.as_dict())
+        return result
+
+    async def _keep_traces(self, watches: list[LightWatch], reconfiguration_id: int) -> None:
+        """The power traces light verification logged, kept with the reconfiguration
+        (only requests on metered paths have any; they already waited for the log)."""
+        rows = [PowerTrace(meter=w.meter.name, channel=channel, start_ns=w.started_ns,
+                           atime_s=w.resolution_s, dbm=trace.astype("<f4").tobytes(),
+                           reconfiguration_id=reconfiguration_id)
+                for w in watches for channel, trace in w.traces.items()]
+        if rows:
+            await self.store.write(*rows)
+
+    async def _after_failure(self, name: str) -> str:
+        """After a failed command, ask the switch what it now holds: a half-applied change
+        is reported (event and error text), never silently kept as intended."""
+        try:
+            observed = await self.switches[name].cross_connects()
+        except InstrumentError:
+            return " (the switch could not be read back; it will be compared on reconnect)"
+        drift = Drift.between(self.intended[name], observed)
+        if not drift:
+            return " (the switch is unchanged)"
+        self.hub.publish("drift", {"switch": name,
+                                   "missing": [[a, b] for a, b in drift.missing.items()],
+                                   "unexpected": [[a, b] for a, b in drift.unexpected.items()]})
+        return (f" (the switch now differs from the intended state: missing "
+                f"{sorted(drift.missing.items())}, unexpected {sorted(drift.unexpected.items())})")
+
+    async def reconfigure_many(self, requests: Mapping[str, Mapping[int, int]], *,
+                               cause: str = "api") -> list[Result]:
+        """Whole target states for several switches, in parallel."""
+        return list(await asyncio.gather(*(self.reconfigure(name, replace=target, cause=cause)
+                                           for name, target in requests.items())))
+
+    # -- circuits and jobs -----------------------------------------------------------------
+    def busy_ports(self) -> set[tuple[str, int]]:
+        return {(name, p) for name, pairs in self.intended.items()
+                for pair in pairs.items() for p in pair}
+
+    def route(self, src: str, dst: str, busy: set[tuple[str, int]]) -> CircuitRoute:
+        sizes = {name: (sw.info.ingress, sw.info.egress) for name, sw in self.switches.items()
+                 if sw.info is not None}
+        route = route_circuit(self.lab, src, dst, sizes, busy)
+        if route is not None:
+            return route
+        blocked = route_circuit(self.lab, src, dst, sizes)
+        if blocked is not None:
+            taken = sorted(f"{h.switch}:{p}" for h in blocked.hops for p in (h.ingress, h.egress)
+                           if (h.switch, p) in busy)
+            raise PortBusy(f"every path from {src!r} to {dst!r} crosses ports already in "
+                           f"circuits (e.g. {', '.join(taken) or 'taken by this request'})")
+        raise UnknownPort(f"no path from {src!r} to {dst!r} in the lab's cabling")
+
+    async def connect_endpoints(self, links: list[tuple[str, str]], *, cause: str = "api",
+                                verify_light: bool = True
+                                ) -> tuple[list[CircuitRoute], list[Result]]:
+        """Route every (sender, receiver) link over free ports (each may cross several
+        switches), then make all the hops, one batch per switch, switches in parallel.
+        Nothing is sent unless every link routes."""
+        busy = self.busy_ports()
+        routes = []
+        for src, dst in links:
+            route = self.route(src, dst, busy)
+            busy |= {(h.switch, p) for h in route.hops for p in (h.ingress, h.egress)}
+            routes.append(route)
+        per_switch: dict[str, list[Pair]] = {}
+        for route in routes:
+            for hop in route.hops:
+                per_switch.setdefault(hop.switch, []).append((hop.ingress, hop.egress))
+        results = await asyncio.gather(*(
+            self.reconfigure(name, connect=pairs, cause=cause, verify_light=verify_light)
+            for name, pairs in per_switch.items()))
+        return routes, list(results)
+
+    async def disconnect_endpoints(self, src: str, dst: str, *, cause: str = "api",
+                                   verify_light: bool = True
+                                   ) -> tuple[CircuitRoute, list[Result]]:
+        """Take down the circuit from ``src`` to ``dst``: every hop it uses, switches in
+        parallel."""
+        route = trace_circuit(self.lab, src, dst, self.intended)
+        if route is None or not route.hops:
+            raise UnknownPort(f"no circuit from {src!r} to {dst!r}")
+        per_switch: dict[str, list[int]] = {}
+        for hop in route.hops:
+            per_switch.setdefault(hop.switch, []).append(hop.ingress)
+        results = await asyncio.gather(*(
+            self.reconfigure(name, disconnect=ports, cause=cause, verify_light=verify_light)
+            for name, ports in per_switch.items()))
+        return route, list(results)
+
+    # -- light -----------------------------------------------------------------------------
+    def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]
+                   ) -> dict[tuple[str, int], tuple[MeteredPath, bool]]:
+        """Metered paths the request lights (True) or darkens (False), by meter channel."""
+        found: dict[tuple[str, int], tuple[MeteredPath, bool]] = {}
+        for pairs, present in ((make, True), (brk, False)):
+            for a, b in pairs:
+                for path in self._paths[name]:
+                    if {path.ingress, path.egress} == {a, b}:
+                        found[(path.meter, path.channel)] = (path, present)
+        return found
+
+    def metered(self, switch: str) -> list[MeteredPath]:
+        """The paths through ``switch`` whose light a meter sees (light verification)."""
+        return list(self._paths[switch])
+
+    def window_s(self, switch: str) -> float:
+        """How long light verification waits after a change on ``switch``."""
+        if self.light_window_s is not None:
+            return self.light_window_s
+        return self.lab.light_window_ms(switch) / 1000
+
+    async def _start_watches(self, switch: str,
+                             watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
+                             ) -> list[LightWatch]:
+        # One watch per meter, every channel (light coming or going) armed in one exchange:
+        # watches started one after another would each begin their window before the next
+        # is armed, and a slow meter would see the first windows end before the change.
+        groups: dict[str, dict[int, bool]] = {}
+        for (meter, channel), (_, present) in watches.items():
+            groups.setdefault(meter, {})[channel] = present
+        window = self.window_s(switch)
+        # A long window is logged coarser: a meter holds a bounded number of points.
+        resolution = log_resolution(window, self.light_resolution_s)
+        started = []
+        for meter, wanted in groups.items():
+            channels = sorted(wanted)
+            try:
+                started.append(await LightWatch.start(
+                    self.meters[meter], channels, present=wanted,
+                    threshold_dbm=self.lab.lab.light_threshold_dbm,
+                    window_s=window, resolution_s=resolution))
+            except InstrumentError as exc:
+                where = ", ".join(f"{meter}:{c}" for c in sorted(channels))
+                self.hub.publish("warning", {"detail": f"light verification on {where} "
+                                                       f"unavailable: {exc}"})
+        return started
+
+    async def _finish_watches(self, watches: list[LightWatch]) -> int:
+        try:
+            times = [t for w in watches for t in (await w.result()).values()]
+        finally:  # one that failed leaves the others' pollers running
+            await self._cancel_watches(watches)
+        return max(times)
+
+    async def _cancel_watches(self, watches: list[LightWatch]) -> None:
+        for watch in watches:
+            await watch.cancel()

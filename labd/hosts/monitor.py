@@ -1,0 +1,214 @@
+"""What the daemon knows of the GPU hosts, from their agents over MQTT: status, heartbeats,
+each GPU's health. A host is lost when its agent's last will says ``offline`` or when its
+heartbeats stop for 1.5 intervals; a GPU whose verdict turns ``failed`` is a failure report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from labd.events import EventHub
+
+MISSED = 1.5
+
+
+@dataclass
+class HostState:
+    id: str
+    status: str = "unknown"  # online, offline, lost, unknown
+    last_beat_ns: int | None = None
+    """When the last heartbeat arrived (daemon clock)."""
+    last_sent_ns: int | None = None
+    """When the agent sent it, on the daemon's clock (see ``offset_ns``)."""
+    interval_s: float | None = None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    nics: dict[str, bool] = field(default_factory=dict)
+    nic_since_ns: dict[str, int] = field(default_factory=dict)
+    """When each NIC's link last changed, by the agent's clock."""
+    error: str | None = None
+    offset_ns: int | None = None
+    """Daemon clock minus the agent's, at most: the smallest (received - sent) seen. Agents
+    stamp what they observe on their own CLOCK_MONOTONIC, which another machine does not
+    share; this puts those moments on the daemon's clock (late by the fastest delivery)."""
+
+    def to_daemon_clock(self, agent_ns: Any) -> int | None:
+        if not isinstance(agent_ns, int):
+            return None
+        return agent_ns + (self.offset_ns or 0)
+
+    def _saw(self, sent_ns: Any) -> None:
+        if isinstance(sent_ns, int):
+            lag = time.monotonic_ns() - sent_ns
+            self.offset_ns = lag if self.offset_ns is None else min(self.offset_ns, lag)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "last_beat_ns": self.last_beat_ns,
+                "interval_s": self.interval_s, "gpus": self.gpus, "nics": self.nics,
+                "error": self.error}
+
+    def gpu_health(self, index: int) -> str | None:
+        """The GPU's latest verdict from the heartbeats, if reported."""
+        return next((g.get("health") for g in self.gpus if g.get("index") == index), None)
+
+
+class HostMonitor:
+    def __init__(self, hub: EventHub, hosts: list[str]) -> None:
+        self.hub = hub
+        self.hosts = {h: HostState(h) for h in hosts}
+        self._watchdog: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._watchdog = asyncio.create_task(self._watch(), name="labd-host-watchdog")
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+
+    def handle(self, host: str, kind: str, payload: bytes) -> str | None:
+        """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is
+        reported as a warning event, changes nothing, and its problem is returned."""
+        state = self.hosts.setdefault(host, HostState(host))
+        if kind == "job":
+            return None  # the daemon's own commands to the agent
+        if kind == "status":
+            text = payload.decode(errors="replace").strip()
+            if not text:
+                return None  # a retained status being cleared
+            if text not in ("online", "offline"):
+                return self._bad(host, kind, f"status {text!r} is not online or offline")
+            self._set_status(state, text)
+            return None
+        try:
+            data = json.loads(payload)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            return self._bad(host, kind, f"not JSON: {exc}")
+        state._saw(data.get("sent_ns"))
+        if kind == "heartbeat":
+            gpus = data.get("gpus")
+            if not isinstance(gpus, list):
+                return self._bad(host, kind, "'gpus' must be a list")
+            state.last_beat_ns = time.monotonic_ns()
+            state.last_sent_ns = state.to_daemon_clock(data.get("sent_ns"))
+            interval = data.get("interval_s")
+            state.interval_s = float(interval) if isinstance(interval, int | float) else None
+            state.gpus, state.error = gpus, data.get("error")
+            nics = data.get("nics")
+            if isinstance(nics, dict):
+                state.nics = {str(k): bool(v) for k, v in nics.items()}
+            if state.status != "online":
+                self._set_status(state, "online")
+        elif kind == "events" and "job" in data:
+            return self._job_event(host, data)
+        elif kind == "events" and "nic" in data:
+            if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
+                return self._bad(host, kind,
+                                 "a NIC event needs 'nic' (a name) and 'up' (true/false)")
+            state.nics[data["nic"]] = data["up"]
+            if isinstance(data.get("at_ns"), int):
+                state.nic_since_ns[data["nic"]] = data["at_ns"]
+            self.hub.publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
+                                          "was": data.get("was"), "at_ns": data.get("at_ns")})
+        elif kind == "events":
+            if data.get("health") not in ("healthy", "degraded", "failed") or not isinstance(
+                    data.get("gpu"), int):
+                return self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
+            # The verdict holds from now, before the next heartbeat repeats it.
+            entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
+            if entry is None:
+                state.gpus.append({"index": data["gpu"], "health": data["health"]})
+            else:
+                entry["health"] = data["health"]
+            self.hub.publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
+                "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
+        return None
+
+    def _job_event(self, host: str, data: dict[str, Any]) -> str | None:
+        if data.get("error") is not None:
+            self.hub.publish("job.error", {"host": host, "job": data.get("job"),
+                                           "epoch": data.get("epoch"), "rank": data.get("rank"),
+                                           "error": str(data["error"])})
+            return None
+        if (not isinstance(data.get("job"), str) or not isinstance(data.get("rank"), int)
+                or not isinstance(data.get("epoch"), int)
+                or data.get("progress") not in ("started", "ready", "step", "exited")):
+            return self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
+                                             "'progress' (started, ready, step or exited)")
+        self.hub.publish("job.progress", {"host": host, **{k: data.get(k) for k in (
+            "job", "epoch", "rank", "progress", "step", "code", "at_ns")}})
+        return None
+
+    def _set_status(self, state: HostState, status: str) -> None:
+        if state.status == status:
+            return
+        before, state.status = state.status, status
+        kind = "host.lost" if status in ("offline", "lost") and before == "online" else \
+            "host.status"
+        self.hub.publish(kind, {"host": state.id, "status": status, "was": before,
+                                "last_beat_ns": state.last_beat_ns,
+                                "last_sent_ns": state.last_sent_ns})
+
+    def _bad(self, host: str, kind: str, why: str) -> str:
+        detail = f"bad {kind} message from host {host}: {why}"
+        self.hub.publish("warning", {"detail": detail})
+        return detail
+
+    async def _watch(self) -> None:
+        """Declare hosts lost 1.5 intervals after their last heartbeat was sent: the timer
+        is set for the earliest such moment, so a host that dies is declared lost within
+        1.5 intervals of its death, not a polling period later."""
+        while True:
+            now = time.monotonic_ns()
+            due = []
+            for state in self.hosts.values():
+                last = state.last_sent_ns or state.last_beat_ns
+                if state.status != "online" or last is None or not state.interval_s:
+                    continue
+                deadline = last + int(MISSED * state.interval_s * 1e9)
+                if now >= deadline:
+                    self._set_status(state, "lost")
+                else:
+                    due.append(deadline)
+            # Look again at the earliest deadline (a heartbeat meanwhile only moves it on).
+            wait_ns = min(due, default=now + 1_000_000_000) - now
+            await asyncio.sleep(min(max(wait_ns / 1e9, 0.001), 1.0))
+
+
+class CommandQueues:
+    """Job commands for agents that reach the daemon over HTTP: each host's agent
+    long-polls ``GET /v1/agents/{host}/commands`` and gets them in order."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
+
+    def _queue(self, host: str) -> asyncio.Queue[dict[str, Any] | None]:
+        return self._queues.setdefault(host, asyncio.Queue())
+
+    async def send(self, host: str, message: dict[str, Any]) -> None:
+        self._queue(host).put_nowait(message)
+
+    def close(self) -> None:
+        """The daemon is stopping: answer every waiting poll now (with nothing)."""
+        for queue in self._queues.values():
+            queue.put_nowait(None)
+
+    async def take(self, host: str, wait_s: float) -> list[dict[str, Any]]:
+        """What is waiting for ``host``, waiting up to ``wait_s`` for the first."""
+        queue = self._queue(host)
+        try:
+            async with asyncio.timeout(wait_s):
+                first = await queue.get()
+        except TimeoutError:
+            return []
+        out = [first]
+        while not queue.empty():
+            out.append(queue.get_nowait())
+        return [m for m in out if m is not None]

@@ -1,0 +1,49 @@
+"""The example scripts of scripts/ (library use of labd), run against a daemon on an
+emulated lab."""
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from labd.emulation.drill import emulated_rig
+from labd.lab.file import load_lab
+from tests.broker import unique_lab
+
+SCRIPTS = Path(__file__).parents[2] / "scripts"
+LAB = """
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "16x16"
+[instrument.emulator]
+switch_time_ms = 2
+jitter_ms = 0
+"""
+
+
+def script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_example_scripts_run_their_sweeps(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, path = unique_lab(tmp_path, "scripts", LAB)
+    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=None,
+                            token="t") as rig:
+        device = await script("sweep_batch").main(rig.daemon.url, "ocs1", 4, token="t")
+        assert [d["k"] for d in device] == [1, 2, 4, 8] and all(d["n"] == 4 for d in device)
+        assert all(d["p50"] >= 2.0 for d in device)  # the 2 ms switch model
+        windows = await script("window_sweep").main(rig.daemon.url, "ocs1", 16, token="t",
+                                                    windows=(1, 30))
+        assert [w["iterations"] for w in windows] == [1, 1]
+        assert all(0 <= w["hidden"] <= 1 and w["windows"] > 0 for w in windows)
+        assert not rig.daemon.engine.intended["ocs1"]  # every sweep cleaned up after itself
+    out = capsys.readouterr().out
+    assert "k= 8: device p50" in out and "ms windows:" in out

@@ -1,0 +1,144 @@
+"""MQTT against the real Mosquitto on 127.0.0.1:1883: events, retained state, liveness,
+commands, and bad command payloads."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiomqtt
+import httpx
+
+from labd.daemon.core import Daemon
+from labd.emulation.drill import clear_retained
+from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.lab.file import load_lab
+from tests.broker import BROKER, MQTT, next_message, require_broker, unique_lab
+
+TOKEN = "bus-token"
+
+
+async def test_events_state_liveness_and_commands(tmp_path: Path) -> None:
+    require_broker()
+    name, path = unique_lab(tmp_path, "bus", """
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+technology = "ideal"
+""")
+    lab = load_lab(path)
+    prefix = f"labd/{name}"
+    emulated, entries = emulated_lab(lab)
+    async with emulated, aiomqtt.Client(*BROKER) as watcher:
+        await watcher.subscribe(f"{prefix}/#")
+        messages = watcher.messages
+        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
+                        mqtt="mqtt://127.0.0.1:1883")
+        await daemon.start()
+        try:
+            assert (await next_message(messages, f"{prefix}/daemon")).payload == b"online"
+            assert daemon.bus is not None
+            await asyncio.wait_for(daemon.bus.connected.wait(), 10)
+            async with httpx.AsyncClient(base_url=daemon.url,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+            event = json.loads((await next_message(
+                messages, f"{prefix}/events/reconfiguration")).payload)
+            assert event["data"]["connected"] == [[1, 9]]
+            state = json.loads((await next_message(
+                messages, f"{prefix}/state/switches/ocs1")).payload)
+            assert state == {"intended": [[1, 9]]}
+
+            async def command(payload: bytes) -> dict:
+                await watcher.publish(f"{prefix}/command/ocs1", payload)
+                return json.loads((await next_message(
+                    messages, f"{prefix}/command/ocs1/result")).payload)
+
+            bad = [
+                (b"{not json", "payload is not JSON"),
+                (json.dumps({"connect": [[2, 10]]}).encode(), "token: Field required"),
+                (json.dumps({"token": "nope", "connect": [[2, 10]]}).encode(), "wrong token"),
+                (json.dumps({"token": TOKEN, "connect": "2-10"}).encode(), "connect"),
+                (json.dumps({"token": TOKEN}).encode(), "exactly one of"),
+                (json.dumps({"token": TOKEN, "connect": [[2, 99]]}).encode(),
+                 "port 99 is not on this 8x8"),
+                (json.dumps({"token": TOKEN, "connect": [[2, 9]]}).encode(),
+                 "port 9 is already in circuit"),
+            ]
+            for payload, words in bad:
+                reply = await command(payload)
+                assert words in reply["error"], (payload, reply)
+            assert daemon.engine.intended["ocs1"] == {1: 9}  # nothing changed
+            reply = await command(json.dumps({"token": TOKEN, "id": 7,
+                                              "connect": [[2, 10]]}).encode())
+            assert reply["request_id"] == 7 and reply["outcome"] == "ok"
+            assert emulated.device("ocs1").model.connections == {1: 9, 2: 10}  # type: ignore[attr-defined]
+        finally:
+            await daemon.stop()
+        assert (await next_message(messages, f"{prefix}/daemon")).payload == b"offline"
+        # Leave no retained messages behind on the shared broker.
+        for topic in (f"{prefix}/daemon", f"{prefix}/state/switches/ocs1",
+                      f"{prefix}/state/instruments/ocs1"):
+            await watcher.publish(topic, b"", retain=True)
+
+
+class CuttableProxy:
+    """A TCP proxy to the broker whose connections a test can cut (a broker restart, a
+    pulled cable), so that the bridge's reconnection is exercised on the real broker."""
+
+    def __init__(self) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._pipe, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*BROKER)
+        self.writers += [writer, up_writer]
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def stop(self) -> None:
+        self.cut()
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_the_bridge_reconnects_by_itself(tmp_path: Path) -> None:
+    require_broker()
+    _, path = unique_lab(tmp_path, "bus")
+    proxy = CuttableProxy()
+    port = await proxy.start()
+    daemon = Daemon(load_lab(path), db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
+                    mqtt=f"mqtt://127.0.0.1:{port}")
+    await daemon.start()
+    try:
+        assert daemon.bus is not None
+        await daemon.bus.wait_sessions(1, timeout=10)
+        proxy.cut()  # the broker goes away under the bridge (a restart, a pulled cable)
+        await daemon.bus.wait_sessions(2, timeout=15)  # and it is back, by itself
+        assert daemon.bus.connected.is_set()
+    finally:
+        await daemon.stop()
+        await proxy.stop()
+        await clear_retained(daemon.lab.lab.name, [], MQTT)

@@ -1,0 +1,398 @@
+"""Recovery end to end: emulated switches, meters and GPU hosts (real sockets, real agents
+over the real broker, real job processes), the daemon swapping spares in; timelines checked
+against the emulators' ground truth."""
+
+import asyncio
+import functools
+import json
+import random
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import httpx
+from sqlalchemy import select
+
+from labd.emulation.drill import Rig, emulated_rig, hosts_ready, job_stepping, run_drill, wait_for
+from labd.hosts.jobs import JobManager
+from labd.lab.file import load_lab
+from labd.lab.wiring import trace_circuit
+from labd.store.models import FailoverTimeline, JobPool
+from tests.broker import BROKER, MQTT, require_broker, unique_lab
+
+HOSTS = (("h0", "r1"), ("h1", "r1"), ("h2", "r2"), ("h3", "r2"), ("s0", "r1"), ("s1", "r2"))
+
+
+def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
+                                        Callable[..., Awaitable[None]]]:
+    """Fail a test that runs past ``seconds`` with the traceback of what it was awaiting
+    (pytest-timeout's own limit is a backstop that shows less)."""
+    def wrap(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        @functools.wraps(test)
+        async def run(*args: Any, **kwargs: Any) -> None:
+            async with asyncio.timeout(seconds):
+                await test(*args, **kwargs)
+        return run
+    return wrap
+
+
+def lab_body(recovery: str = "automatic") -> str:
+    """A ring of four GPU hosts with two spares on one 16x16 OCS (10 ms switch model), a
+    monitor tap on every receiver."""
+    parts = ['''
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "16x16"
+[instrument.emulator]
+technology = "beam-steering"
+switch_time_ms = 10
+jitter_ms = 0
+[[instrument]]
+id = "pm1"
+driver = "keysight-n77xx"
+emulate = true
+channels = 8
+''']
+    for i, (host, rack) in enumerate(HOSTS):
+        parts.append(f'''
+[[endpoint]]
+id = "{host}.nic0"
+launch_dbm = 0.0
+[[fiber]]
+from = "{host}.nic0"
+to = "ocs1:{i + 1}"
+[[fiber]]
+from = "ocs1:{17 + i}"
+to = "{host}.nic0"
+tap = "pm1:{i + 1}"
+tap_ratio = 0.05
+[[host]]
+id = "{host}"
+nics = ["{host}.nic0"]
+gpus = 1
+rack = "{rack}"
+emulate = true
+heartbeat_s = 0.5
+''')
+    parts.append(f'''
+[[job]]
+id = "ring4"
+topology = "ring"
+members = ["h0.nic0", "h1.nic0", "h2.nic0", "h3.nic0"]
+spares = ["s0.nic0", "s1.nic0"]
+recovery = "{recovery}"
+link_timeout_s = 10
+start_timeout_s = 20
+[job.emulator]
+init_ms = 20
+step_ms = 10
+''')
+    return "".join(parts)
+
+
+async def running(rig: Rig) -> None:
+    daemon = rig.daemon
+    await wait_for(daemon.hub, lambda: hosts_ready(daemon), 20, "every host online")
+    await daemon.jobs.start_job("ring4")
+    await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), 30, "the first step")
+
+
+def final(rig: Rig, member: str, seen: list[dict[str, Any]]) -> Any:
+    """A check for wait_for: the finished timeline of ``member``'s recovery."""
+    def check() -> dict[str, Any] | None:
+        return next((t for t in seen if t["member"] == member and t["outcome"] not in (
+            "in-progress", "awaiting-operator")), None)
+    return check
+
+
+async def collect(rig: Rig, seen: list[dict[str, Any]]) -> None:
+    _, sub = rig.daemon.hub.subscribe()
+    try:
+        while (event := await sub.next()) is not None:
+            if event.kind == "failover":
+                seen.append(event.data)
+    finally:
+        sub.close()
+
+
+def circuits_hold_the_ring(rig: Rig, members: list[str]) -> None:
+    daemon = rig.daemon
+    entry = daemon.lab.job[0]
+    for src, dst in entry.links(members):
+        assert trace_circuit(daemon.lab, src, dst, daemon.engine.intended) is not None, (src, dst)
+    # Nothing else: one circuit per link.
+    assert len(daemon.engine.intended["ocs1"]) == len(members)
+
+
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+@bounded(50)
+async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(tmp_path: Path
+                                                                        ) -> None:
+    require_broker()
+    name, path = unique_lab(tmp_path, "fo", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT, token="t") as rig, \
+            aiomqtt.Client(*BROKER) as watcher:
+        await watcher.subscribe(f"labd/{name}/events/failover")
+        await running(rig)
+        daemon = rig.daemon
+        before = daemon.jobs.job("ring4").epoch
+        result = await run_drill(rig, "ring4", random.Random(1), member="h1.nic0",
+                                 timeout=30)
+        timeline = result.timeline
+        assert timeline["outcome"] == "recovered", timeline
+        # The spare in the failed member's rack won (both are one hop away).
+        assert timeline["plan"]["spare"] == "s0.nic0"
+        assert timeline["rejected"] == {
+            "s1.nic0": "passed over: 2 switch hops, another rack"}
+        state = daemon.jobs.job("ring4")
+        assert state.members == ["h0.nic0", "s0.nic0", "h2.nic0", "h3.nic0"]
+        assert state.spares == ["s1.nic0"] and state.epoch == before + 1
+        circuits_hold_the_ring(rig, state.members)
+        truth = (await rig.backdoor.truth("ocs1"))
+        assert dict(map(tuple, truth["state"]["connections"])) == daemon.engine.intended["ocs1"]
+
+        # The stages against ground truth.
+        stages = timeline["stages"]
+        assert stages["failure"] >= result.injected_ns  # the injection, on the daemon clock
+        assert stages["failure"] <= stages["reported"] <= stages["detected"] \
+            <= stages["spare_chosen"]
+        change = [c for c in truth["changes"] if c["arrived_ns"] > stages["spare_chosen"]]
+        assert len(change) == 1  # one command moved both circuits
+        assert change[0]["settled_ns"] <= stages["switches_acked"]
+        assert result.light_truth_ns is not None
+        # The meter's log (100 µs samples) dates the arrival as the optical model does
+        # (bench_light measures how closely; a loaded CI machine gets a few ms of slack).
+        assert abs(stages["light_verified"] - result.light_truth_ns) < 5_000_000
+        assert stages["links_up"] >= result.light_truth_ns
+        assert stages["links_up"] <= stages["job_restarted"] <= stages["collectives_ready"] \
+            <= stages["first_step"]
+
+        # The job runs with the new rank map: the spare's host runs rank 1 of epoch 2.
+        (proc,) = next(h for h in rig.hosts if h.id == "s0").agent.jobs.running["ring4"]
+        env = environ(proc.pid)
+        assert (env["LABD_RANK"], env["LABD_EPOCH"]) == ("1", str(state.epoch))
+        assert [r["endpoint"] for r in json.loads(env["LABD_RANK_MAP"])] == state.members
+        assert next(h for h in rig.hosts if h.id == "h1").agent.jobs.running["ring4"] == []
+
+        # Kept: the store (through the API), MQTT, and what a restarted daemon reloads.
+        async with httpx.AsyncClient(base_url=daemon.url) as api:
+            rows = (await api.get("/v1/failovers", params={"job": "ring4"})).json()
+            assert [(r["id"], r["outcome"]) for r in rows] == [(timeline["id"], "recovered")]
+            assert rows[0]["stages"] == stages and rows[0]["plan"]["spare"] == "s0.nic0"
+            one = (await api.get(f"/v1/failovers/{timeline['id']}")).json()
+            assert one["since_failure_ms"]["first_step"] > 0
+            jobs = (await api.get("/v1/jobs")).json()
+            assert jobs[0]["members"] == state.members and jobs[0]["status"] == "running"
+            made = (await api.get("/v1/circuits")).json()  # exactly the new ring's circuits
+            assert sorted((c["from"], c["to"]) for c in made) == sorted(
+                daemon.lab.job[0].links(state.members))
+        async with asyncio.timeout(10):
+            async for message in watcher.messages:
+                data = json.loads(message.payload)["data"]  # type: ignore[arg-type]
+                if data["outcome"] == "recovered":
+                    assert data["stages"] == stages
+                    break
+        again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
+        await again.load()
+        assert again.job("ring4").members == state.members
+        assert again.job("ring4").spares == ["s1.nic0"]
+        # The failed member, repaired and returned to the pool, is a spare after a restart.
+        await daemon.jobs.return_spare("ring4", "h1.nic0")
+        again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
+        await again.load()
+        assert again.job("ring4").members == state.members
+        assert again.job("ring4").spares == ["s1.nic0", "h1.nic0"]
+        # A kept pool the lab file no longer allows (it was edited) is not used.
+        odd = JobPool(job="ring4", members=["h0.nic0", "x.nic0"], spares=[],
+                      wall_time=datetime.now(UTC))
+        await daemon.store.run_write(lambda session: session.merge(odd))
+        again = JobManager(lab, daemon.engine, daemon.hosts, daemon.hub, daemon.store, None)
+        await again.load()
+        assert again.job("ring4").members == state.members
+        assert again.job("ring4").spares == ["s1.nic0"]
+
+
+@bounded(50)
+async def test_a_failure_during_recovery_then_no_spare_left(tmp_path: Path) -> None:
+    require_broker()
+    _, path = unique_lab(tmp_path, "fo2", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT) as rig:
+        await running(rig)
+        daemon = rig.daemon
+        seen: list[dict[str, Any]] = []
+        collector = asyncio.create_task(collect(rig, seen))
+        try:
+            # h1 fails; the moment its recovery has chosen s0, s0 fails too.
+            await rig.backdoor.fail_gpu("h1", 0, "ecc")
+            chosen = await wait_for(daemon.hub, lambda: next(
+                (t for t in seen if t["stages"]["spare_chosen"]), None), 20, "a spare chosen")
+            assert chosen["plan"]["spare"] == "s0.nic0"
+            await rig.backdoor.fail_gpu("s0", 0, "xid79")
+            first = await wait_for(daemon.hub, final(rig, "h1.nic0", seen), 30, "recovery 1")
+            second = await wait_for(daemon.hub, final(rig, "s0.nic0", seen), 30, "recovery 2")
+            assert (first["outcome"], second["outcome"]) == ("recovered", "recovered")
+            assert second["plan"]["spare"] == "s1.nic0" and second["id"] > first["id"]
+            state = daemon.jobs.job("ring4")
+            assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
+            circuits_hold_the_ring(rig, state.members)
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), 30, "steps")
+
+            # A third failure finds no spare: recorded, the job degraded, nothing moved.
+            intended = dict(daemon.engine.intended["ocs1"])
+            epoch = state.epoch
+            await rig.backdoor.fail_gpu("h2", 0, "remap-failed")
+            third = await wait_for(daemon.hub, final(rig, "h2.nic0", seen), 30, "recovery 3")
+            assert third["outcome"] == "no-spare" and "no usable spare" in third["detail"]
+            assert state.status == "degraded" and state.epoch == epoch
+            assert daemon.engine.intended["ocs1"] == intended
+            assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
+            async with httpx.AsyncClient(base_url=daemon.url) as api:
+                rows = (await api.get("/v1/failovers")).json()
+            assert [r["outcome"] for r in rows] == ["no-spare", "recovered", "recovered"]
+        finally:
+            collector.cancel()
+
+
+@bounded(50)
+async def test_a_lost_host_is_detected_without_a_report_and_replaced(tmp_path: Path) -> None:
+    require_broker()
+    _, path = unique_lab(tmp_path, "fo3", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT) as rig:
+        await running(rig)
+        daemon = rig.daemon
+        result = await run_drill(rig, "ring4", random.Random(1), kind="host", member="h3.nic0",
+                                 timeout=30)
+        timeline = result.timeline
+        assert (timeline["trigger"], timeline["outcome"]) == ("host-lost", "recovered")
+        assert timeline["plan"]["spare"] == "s1.nic0"  # h3's rack
+        stages = timeline["stages"]
+        # The failure is dated by when the host sent its last heartbeat (on the daemon's
+        # clock: late by at most the fastest delivery seen, ``offset_ns``).
+        offset = daemon.hosts.hosts["h3"].offset_ns or 0
+        assert stages["failure"] - offset <= result.injected_ns <= stages["detected"]
+        assert stages["reported"] is None
+        assert daemon.hosts.hosts["h3"].status == "lost"
+        assert daemon.jobs.job("ring4").members[3] == "s1.nic0"
+        circuits_hold_the_ring(rig, daemon.jobs.job("ring4").members)
+
+
+@bounded(50)
+async def test_policy_ask_waits_for_the_operator(tmp_path: Path) -> None:
+    require_broker()
+    _, path = unique_lab(tmp_path, "fo4", lab_body(recovery="ask"))
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT, token="t") as rig:
+        await running(rig)
+        daemon = rig.daemon
+        seen: list[dict[str, Any]] = []
+        collector = asyncio.create_task(collect(rig, seen))
+        auth = {"Authorization": "Bearer t"}
+        try:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=auth) as api:
+                r = await api.post("/v1/jobs/ring4/decision", json={"approve": True})
+                assert r.status_code == 409 and "no recovery waiting" in r.text
+                intended = dict(daemon.engine.intended["ocs1"])
+                await rig.backdoor.fail_gpu("h0", 0, "xid48")
+                asked = await wait_for(daemon.hub, lambda: next(
+                    (t for t in seen if t["outcome"] == "awaiting-operator"), None), 20,
+                    "the proposal")
+                assert asked["plan"]["spare"] == "s0.nic0"
+                job = (await api.get("/v1/jobs/ring4")).json()
+                assert job["awaiting_decision"] == asked["id"]
+                assert daemon.engine.intended["ocs1"] == intended  # nothing moved yet
+                r = await api.post("/v1/jobs/ring4/decision", json={"approve": "perhaps"})
+                assert r.status_code == 422
+                r = await api.post("/v1/jobs/ring4/decision", json={"approve": True})
+                assert r.status_code == 200, r.text
+                done = await wait_for(daemon.hub, final(rig, "h0.nic0", seen), 30, "recovery")
+                assert done["outcome"] == "recovered" and done["id"] == asked["id"]
+                # Bad requests change nothing.
+                assert (await api.post("/v1/jobs/nope/start")).status_code == 404
+                r = await api.post("/v1/jobs/ring4/spares", json={"endpoint": "h1.nic0"})
+                assert r.status_code == 409 and "member of a job" in r.text
+                r = await api.post("/v1/jobs/ring4/spares", json={"endpoint": "zz"})
+                assert r.status_code == 409 and "no NIC of a [[host]]" in r.text
+                assert (await api.get("/v1/failovers/999")).status_code == 404
+                # The repaired member goes back to the pool.
+                await rig.backdoor.heal("h0", 0)
+                r = await api.post("/v1/jobs/ring4/spares", json={"endpoint": "h0.nic0"})
+                assert r.json()["spares"] == ["s1.nic0", "h0.nic0"]
+        finally:
+            collector.cancel()
+
+
+@bounded(50)
+async def test_without_a_broker_agents_report_over_http(tmp_path: Path) -> None:
+    _, path = unique_lab(tmp_path, "fo5", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+        daemon = rig.daemon
+        assert daemon.bus is None
+        await running(rig)
+        result = await run_drill(rig, "ring4", random.Random(1), member="h2.nic0", timeout=30)
+        assert result.timeline["outcome"] == "recovered"
+        assert result.timeline["plan"]["spare"] == "s1.nic0"  # h2's rack
+        assert daemon.jobs.job("ring4").members[2] == "s1.nic0"
+        async with httpx.AsyncClient(base_url=daemon.url) as api:
+            auth = {"Authorization": "Bearer t"}
+            r = await api.post("/v1/agents/h0/heartbeat", content=b"{}")
+            assert r.status_code == 401
+            r = await api.post("/v1/agents/h0/heartbeat", content=b"{not json", headers=auth)
+            assert r.status_code == 422 and "not JSON" in r.text
+            r = await api.post("/v1/agents/h0/mood", content=b"{}", headers=auth)
+            assert r.status_code == 404 and "status, heartbeat or events" in r.text
+            r = await api.post("/v1/agents/zz/heartbeat", content=b"{}", headers=auth)
+            assert r.status_code == 404 and "no host 'zz'" in r.text
+            r = await api.get("/v1/agents/h0/commands", params={"wait_s": 0}, headers=auth)
+            assert r.status_code == 200 and r.json() == []
+        assert daemon.hosts.hosts["h0"].status == "online"  # nothing bad was taken
+
+
+@bounded(120)
+async def test_drills_through_the_api(tmp_path: Path) -> None:
+    """POST /v1/drills/failover: bad requests are refused with nothing started; a drill on
+    a job that is not running starts it, recovers, repairs the member and returns it as a
+    spare; a second drill while one runs is refused."""
+    _, path = unique_lab(tmp_path, "fo6", lab_body())
+    lab = load_lab(path)
+    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+        daemon = rig.daemon
+        _, events = daemon.hub.subscribe()
+        async with httpx.AsyncClient(base_url=daemon.url,
+                                     headers={"Authorization": "Bearer t"}) as api:
+            for body, status, words in (
+                    ({"job": "nope"}, 404, "nope"),
+                    ({"member": "s0.nic0"}, 422, "not a member of job 'ring4'"),
+                    ({"member": 3}, 422, "member")):
+                r = await api.post("/v1/drills/failover", json=body)
+                assert r.status_code == status and words in r.text, r.text
+            assert daemon.jobs.job("ring4").status == "idle"  # nothing was started
+            r = await api.post("/v1/drills/failover", json={"member": "h1.nic0"})
+            assert r.status_code == 202 and r.json()["job"] == "ring4"
+            r = await api.post("/v1/drills/failover", json={})
+            assert r.status_code == 409 and "already running" in r.text
+            states = []
+            while not states or states[-1] not in ("done", "failed"):
+                event = await events.next()
+                assert event is not None
+                if event.kind == "drill":
+                    states.append(event.data["state"])
+                    last = event.data
+        events.close()
+        assert states == ["started", "recovered", "done"], last
+        state = daemon.jobs.job("ring4")
+        assert "h1.nic0" not in state.members and "h1.nic0" in state.spares
+        (timeline,) = await daemon.store.read(
+            lambda s: [r.outcome for r in s.scalars(select(FailoverTimeline))])
+        assert timeline == "recovered"

@@ -1,0 +1,242 @@
+"""The terminal UI driven by Textual's pilot against a daemon on an emulated lab (real
+sockets, the real API and event stream; the daemon on a loop of its own, tests/rigs.py)."""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
+
+from labd.emulation.drill import Rig
+from tests.hosts.test_failover import lab_body
+from tests.rigs import Background, background_rig
+from tui.app import LabApp
+
+LAB = """
+[[instrument]]
+id = "ocs1"
+driver = "polatis-scpi"
+emulate = true
+size = "8x8"
+[instrument.emulator]
+switch_time_ms = 2
+jitter_ms = 0
+[[endpoint]]
+id = "h0.nic0"
+launch_dbm = 0
+[[endpoint]]
+id = "h1.nic0"
+launch_dbm = 0
+[[fiber]]
+from = "h0.nic0"
+to = "ocs1:1"
+[[fiber]]
+from = "ocs1:9"
+to = "h1.nic0"
+[[instrument]]
+id = "mesh1"
+driver = "qontrol-mesh"
+emulate = true
+size = "4x4"
+"""
+
+
+@contextlib.asynccontextmanager
+async def attached(tmp_path: Path, tag: str, body: str = LAB,
+                   before: Callable[[Rig], Coroutine[Any, Any, Any]] | None = None
+                   ) -> AsyncIterator[tuple[Background, LabApp, Pilot[None]]]:
+    """A daemon on an emulated lab (``before`` run on it first), on a loop of its own as
+    it would be in a process of its own, and the UI attached to it, synced from its first
+    snapshot."""
+    with background_rig(tmp_path, tag, body) as rig:
+        if before is not None:
+            await rig.call(before)
+        app = LabApp(rig.daemon.url, "t")
+        async with app.run_test(size=(120, 40)) as pilot:
+            async with asyncio.timeout(15):
+                await app.synced.wait()
+            yield rig, app, pilot
+
+
+async def until(app: LabApp, check: Callable[[], bool], timeout: float = 15) -> None:
+    """Wait until ``check()`` holds, looking again after each event the app applies."""
+    async with asyncio.timeout(timeout), app.applied:
+        while not check():
+            await app.applied.wait()
+
+
+def cell(table: DataTable, row: str, column: int) -> str:  # type: ignore[type-arg]
+    return str(table.get_row(row)[column])
+
+
+async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui") as (rig, app, pilot):
+        table = app.query_one("#portmap", DataTable)
+        assert table.row_count == 16 + 8  # every port of the 8x8 switch and the mesh
+        assert cell(table, "ocs1:1", 2) == ""  # no partner yet
+        assert "live" in app.sub_title
+
+        # A circuit typed at the keyboard is asked about first; no changes nothing.
+        await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter")
+        assert "Make the circuit h0.nic0 → h1.nic0" in str(
+            app.screen.query_one("#question", Label).render())
+        await pilot.press("n")
+        assert app.screen is app.screen_stack[0] and not rig.daemon.engine.intended["ocs1"]
+        # Yes makes it, and it appears on the port map.
+        await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter", "y")
+        await until(app, lambda: cell(table, "ocs1:1", 2) == "9")
+        assert cell(table, "ocs1:9", 2) == "1"
+        # Both ports name the circuit end to end.
+        await until(app, lambda: cell(table, "ocs1:9", 5) == "h0.nic0 → h1.nic0")
+        assert cell(table, "ocs1:1", 5) == "h0.nic0 → h1.nic0"
+        # Out of sight, the Reconfigurations tab is drawn when shown.
+        reconf = app.query_one("#reconf", DataTable)
+        assert reconf.row_count == 0 and "reconfigurations" in app.hidden_changes
+        await pilot.press("4")
+        assert reconf.row_count == 1
+        latency = app.query_one("#latency", DataTable)
+        assert latency.get_row("ocs1:device")[2] == "1"  # one reconfiguration so far
+        assert float(str(latency.get_row("ocs1:device")[3])) >= 2  # the 2 ms model
+        await pilot.press("1")
+
+        # A raw pair on the mesh: its routed path is drawn element by element.
+        paths = app.query_one("#paths", DataTable)
+        assert paths.display and paths.row_count == 0
+        await pilot.press("p", *"mesh1", "enter", "1", "enter", "6", "enter", "y")
+        await until(app, lambda: paths.row_count == 1)
+        row = paths.get_row("mesh1:1")
+        assert row[1] == "1→6"
+        drawn = str(row[3])
+        elements = rig.daemon.engine.switch("mesh1").paths()[1]  # type: ignore[index]
+        assert len(elements) == 3  # a 4x4 Beneš network has three columns
+        for element, state in elements:
+            assert f"{element} {'═' if state == 'bar' else '╳'}" in drawn
+        assert drawn.startswith("1 ") and drawn.endswith(" 6")
+
+        # x breaks the raw pair under the cursor, after asking.
+        table.move_cursor(row=table.get_row_index("mesh1:1"))
+        await pilot.press("x")
+        assert "Disconnect mesh1 port 1 from port 6" in str(
+            app.screen.query_one("#question", Label).render())
+        await pilot.press("y")
+        await until(app, lambda: paths.row_count == 0)
+        assert cell(table, "mesh1:1", 2) == ""
+
+        # Help for the tab in view, and back.
+        await pilot.press("question_mark")
+        assert "Every port of every switch" in str(
+            app.screen.query_one("#help-tab", Label).render())
+        await pilot.press("escape")
+        assert app.screen is app.screen_stack[0]
+
+        # The filter narrows the map: by endpoint, then by port.
+        await pilot.press("slash", *"h1.nic0")
+        assert table.row_count == 2
+        app.query_one("#port-filter", Input).value = ""
+        await pilot.press(*"ocs1:9")
+        assert app.query_one("#port-filter", Input).value == "ocs1:9"
+        assert table.row_count == 1
+
+        # A refused request is a notification, and changes nothing.
+        await app._change("circuit made", "POST", "/v1/circuits",
+                          {"from": "h0.nic0", "to": "nowhere"}, str)
+        assert "refused" in app.last_notice and "nowhere" in app.last_notice
+        assert table.row_count == 1 and cell(table, "ocs1:9", 2) == "1"
+
+        # x on the circuit's port breaks it end to end.
+        await pilot.press("enter")  # back to the map (one row: ocs1:9)
+        await pilot.press("x")
+        assert "Break the circuit h0.nic0 → h1.nic0" in str(
+            app.screen.query_one("#question", Label).render())
+        await pilot.press("y")
+        await until(app, lambda: cell(table, "ocs1:9", 2) == "")
+        assert not rig.daemon.engine.intended["ocs1"]
+
+
+async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
+    async def circuit_kept(rig: Rig) -> None:  # a circuit the measurement must leave alone
+        await rig.daemon.engine.reconfigure("ocs1", connect=[(2, 10)])
+
+    async with attached(tmp_path, "tui4", before=circuit_kept) as (rig, app, pilot):
+        # m on ocs1's row: the switch is filled in; 6 toggles of one free pair.
+        portmap = app.query_one("#portmap", DataTable)
+        portmap.move_cursor(row=portmap.get_row_index("ocs1:3"))
+        await pilot.press("m", "enter", "enter", "backspace", "backspace", "6", "enter",
+                          "enter")
+        await until(app, lambda: "6 reconfigurations" in app.last_notice, timeout=30)
+        assert "ocs1 toggle" in app.last_notice and "device p50" in app.last_notice
+        reconf = app.query_one("#reconf", DataTable)
+
+        def causes() -> list[str]:
+            return [str(reconf.get_row_at(i)[2]) for i in range(reconf.row_count)]
+
+        # Every one is in the table as the daemon recorded it, with its cause.
+        await until(app, lambda: causes().count("measurement") == 6)
+        # The free ports are free again; the circuit that was there is untouched.
+        assert rig.daemon.engine.intended["ocs1"] == {2: 10}
+        assert app.query_one(TabbedContent).active == "reconfigurations"
+        # A bad parameter is refused before anything is sent.
+        await pilot.press("m", "enter", *"zigzag", "enter", "enter", "enter")
+        assert "pattern 'zigzag'" in app.last_notice
+        assert causes() == ["api"] + ["measurement"] * 6  # nothing more was sent
+
+
+async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui5", lab_body()) as (rig, app, pilot):
+        await pilot.press("d", "y")  # the job is not running yet: the drill starts it
+        await until(app, lambda: "drill done" in app.last_notice, timeout=90)
+        assert app.query_one(TabbedContent).active == "failover"
+        assert app.failover is not None and app.failover["outcome"] == "recovered"
+        timeline = app.query_one("#timeline", DataTable)
+        assert timeline.row_count == 10
+        assert float(str(timeline.get_row("first_step")[1])) > float(
+            str(timeline.get_row("switches_acked")[1]))
+        # The failed member was repaired and is a spare again.
+        failed = app.failover["member"]
+        assert failed in rig.daemon.jobs.job("ring4").spares
+        await pilot.press("2")
+        hosts = app.query_one("#hosttable", DataTable)
+        host = failed.split(".")[0]
+        await until(app, lambda: "spare for ring4" in str(hosts.get_row(host)[4]))
+
+
+async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui2") as (rig, app, _):
+        rows = app.query_one("#portmap", DataTable).row_count
+        await rig.call(lambda r: r.daemon.stop())  # the daemon goes away
+        async with asyncio.timeout(15):
+            await app.stale.wait()
+        assert app.sub_title.startswith("STALE since")
+        assert app.screen.has_class("stale")
+        assert app.query_one("#portmap", DataTable).row_count == rows  # last picture kept
+
+
+async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui3") as (_, app, pilot):
+        tabs = app.query_one(TabbedContent)
+        for key, tab in (("2", "hosts"), ("3", "failover"), ("4", "reconfigurations"),
+                         ("5", "events"), ("1", "ports")):
+            await pilot.press(key)
+            assert tabs.active == tab
+        # The command palette offers labd's actions and tabs.
+        await pilot.press("ctrl+p", *"Show events")
+        results = app.screen.query_one(OptionList)
+        async with asyncio.timeout(10):  # the palette searches in a worker of its own
+            while not any("Show events" in str(results.get_option_at_index(i).prompt)
+                          for i in range(results.option_count)):
+                await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert tabs.active == "events"
+
+
+def test_sparkline_and_quantiles() -> None:
+    from tui.app import quantile, sparkline
+
+    assert sparkline([]) == ""
+    assert sparkline([1.0, 1.0]) == "▁▁"
+    assert sparkline([0.0, 5.0, 10.0]) == "▁▅█"
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0 and quantile([1.0, 9.0], 0.99) == 9.0
