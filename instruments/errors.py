@@ -13,7 +13,8 @@ Lower-layer errors (``OSError``, ``serial.SerialException``, ``pyvisa`` errors,
     ├── DeviceError                 the device refused the command (SCPI error queue, TL1 DENY)
     │   └── AuthenticationError     the device refused the login or says we are not logged in
     ├── NotSupported                the device (or this model of it) has no such capability
-    └── InvalidRequest              the request itself is wrong (unknown port, pair on one side)
+    └── InvalidRequest              the request itself is wrong (a pair on one side, a port twice)
+        └── NoSuchPort              it names a port or channel the device does not have
 """
 
 from __future__ import annotations
@@ -79,3 +80,8 @@ class NotSupported(InstrumentError):
 
 class InvalidRequest(InstrumentError):
     """The request cannot be valid for this device (port out of range, a port used twice)."""
+
+
+class NoSuchPort(InvalidRequest):
+    """The request names a port (or channel) the device does not have; the message gives
+    the device's range."""

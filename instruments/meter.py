@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from instruments.errors import InstrumentTimeout, InvalidRequest, NotSupported
+from instruments.errors import InstrumentTimeout, InvalidRequest, NoSuchPort, NotSupported
 from instruments.instrument import Instrument
 from instruments.link import Link
 
@@ -70,7 +70,7 @@ class PowerMeter(Instrument):
         if self.info is None:
             raise InvalidRequest("meter not identified yet; open it first", instrument=self.name)
         if type(channel) is not int or not 1 <= channel <= self.info.channels:
-            raise InvalidRequest(f"channel {channel!r} is not on this {self.info.model} "
+            raise NoSuchPort(f"channel {channel!r} is not on this {self.info.model} "
                                  f"(channels 1..{self.info.channels})", instrument=self.name)
         return channel
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from instruments.errors import DeviceError, InvalidRequest, ProtocolError
+from instruments.errors import DeviceError, InvalidRequest, NoSuchPort, ProtocolError
 from instruments.instrument import Instrument
 from instruments.link import Link, LinkSettings
 
@@ -159,7 +159,7 @@ class QontrolBoard(Instrument):
         if info is None:
             raise InvalidRequest("board not identified yet; open it first", instrument=self.name)
         if not 0 <= channel < info.channels:
-            raise InvalidRequest(f"channel {channel} is not on this board "
+            raise NoSuchPort(f"channel {channel} is not on this board "
                                  f"(0..{info.channels - 1})", instrument=self.name)
         if not 0 <= value <= full:
             raise InvalidRequest(f"{value} {unit} on channel {channel}: the board gives "

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from instruments.errors import ConnectError, InvalidRequest, NotSupported
+from instruments.errors import ConnectError, InvalidRequest, NoSuchPort, NotSupported
 from instruments.events import Drift, InstrumentEvent
 from instruments.instrument import Instrument
 from instruments.link import Link
@@ -113,7 +113,7 @@ class OpticalSwitch(Instrument):
     def check_port(self, port: int) -> int:
         info = self._require_info()
         if type(port) is not int or not 1 <= port <= info.ports:
-            raise InvalidRequest(f"port {port!r} is not on this {info.size} switch "
+            raise NoSuchPort(f"port {port!r} is not on this {info.size} switch "
                                  f"(ports 1..{info.ports})", instrument=self.name)
         return port
 

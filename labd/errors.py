@@ -1,4 +1,40 @@
-"""labd's own errors (the instrument layer has its tree in ``instruments.errors``)."""
+"""labd's errors, all of them, in one tree (the instrument layer has its own in
+``instruments.errors``; the two meet only where the daemon maps a driver's error).
+
+Every one is reported to the user as its message, never as a traceback, and the message says
+what to do. The HTTP API gives each :class:`RequestError` a status in one place
+(``labd.daemon.api.errors``); the errors themselves know nothing of HTTP.
+
+::
+
+    LabdError
+    ├── LabFileError           the lab file cannot be used (file, entry and field named)
+    ├── StoreError             the record cannot be opened or written
+    ├── BusError               the MQTT broker's address cannot be used
+    ├── RequestError           a request that cannot be carried out as asked  (HTTP 422)
+    │   ├── NotFound           it names something the lab does not have       (404)
+    │   │   ├── UnknownSwitch
+    │   │   ├── UnknownPort
+    │   │   └── UnknownJob
+    │   ├── Conflict           it clashes with what is going on               (409)
+    │   │   ├── PortBusy
+    │   │   ├── JobError       the job is not in a state that allows it
+    │   │   └── DrillBusy
+    │   └── Unavailable        the switch is offline; nothing was sent         (503)
+    ├── client side
+    │   ├── DaemonError        the daemon refused a request or cannot be reached
+    │   └── BackdoorError      the emulators' control endpoint refused or cannot be reached
+    ├── GPU-host agent
+    │   ├── AgentError         the agent's settings cannot be used
+    │   ├── LinkDown           the way to the daemon failed (the agent reconnects)
+    │   ├── SmiError           nvidia-smi could not report
+    │   └── NvmlUnavailable    NVML cannot be used on this host
+    └── measurement and drills
+        ├── CampaignError      a campaign that cannot be run as asked
+        ├── ScheduleError      a schedule file or replay that cannot be used
+        ├── RunError           a kept run that cannot be found, made or read
+        └── DrillError         a drill that could not be run as asked
+"""
 
 from __future__ import annotations
 
@@ -15,3 +51,99 @@ class LabFileError(LabdError):
         self.path = path
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+class StoreError(LabdError):
+    """The store cannot be opened or written; the message says which and why."""
+
+
+class BusError(LabdError):
+    """The MQTT settings cannot be used."""
+
+
+# -- requests (the API answers each with a status: labd.daemon.api.errors) -------------------
+class RequestError(LabdError):
+    """A request that cannot be carried out as asked; nothing was changed."""
+
+
+class NotFound(RequestError):
+    """The request names a switch, port or job the lab does not have."""
+
+
+class Conflict(RequestError):
+    """The request clashes with what is going on (a port in use, a job's state, a drill)."""
+
+
+class UnknownSwitch(NotFound):
+    pass
+
+
+class UnknownPort(NotFound):
+    pass
+
+
+class UnknownJob(NotFound):
+    pass
+
+
+class PortBusy(Conflict):
+    pass
+
+
+class JobError(Conflict):
+    """A job request that cannot be carried out in the job's present state."""
+
+
+class DrillBusy(Conflict):
+    """A drill is already running on the job."""
+
+
+class Unavailable(RequestError):
+    """The switch is offline (reconnecting): nothing was sent."""
+
+
+# -- client side -----------------------------------------------------------------------------
+class DaemonError(LabdError):
+    """The daemon refused a request or cannot be reached; the message says which."""
+
+
+class BackdoorError(LabdError):
+    """The control endpoint refused a request or cannot be reached."""
+
+
+# -- the GPU-host agent ----------------------------------------------------------------------
+class AgentError(LabdError):
+    """The agent's settings cannot be used."""
+
+
+class LinkDown(LabdError):
+    """The way to the daemon failed; the agent reconnects."""
+
+
+class SmiError(LabdError):
+    """nvidia-smi could not report; ``lost`` says whether it reported a lost GPU."""
+
+    def __init__(self, message: str, *, code: int, lost: bool = False) -> None:
+        self.code, self.lost = code, lost
+        super().__init__(message)
+
+
+class NvmlUnavailable(LabdError):
+    """NVML cannot be used on this host."""
+
+
+# -- measurement and drills ------------------------------------------------------------------
+class CampaignError(LabdError):
+    """A campaign that cannot be run as asked (the message says which parameter)."""
+
+
+class ScheduleError(LabdError):
+    """A schedule file or request that cannot be used (the message says where)."""
+
+
+class RunError(LabdError):
+    """A run that cannot be found, made or read (the message says which and why)."""
+
+
+class DrillError(LabdError):
+    """A drill could not be run as asked."""

@@ -29,8 +29,8 @@ from labd.client.control import Backdoor, spawn_emulators
 from labd.daemon.core import Daemon
 from labd.lab.file import load_lab
 from labd.runtime import run
-from labd.stats import percentile
 from labd.store.store import ReconfigurationRecord, Store
+from labd.vocabulary import percentile
 
 SWITCHES = 8
 TOKEN = "bench"

@@ -21,7 +21,7 @@ from labd.fabric.drivers import make_meter, make_switch
 from labd.lab.file import load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
 from labd.runtime import run
-from labd.stats import percentile
+from labd.vocabulary import percentile
 
 CASES = (  # switch, meter channel on its path, logging resolution, window, target µs
     ("ocs1", "pm1", 1e-4, 0.15, 1000.0),

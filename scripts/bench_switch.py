@@ -32,7 +32,7 @@ import httpx
 from instruments.link import LinkSettings
 from instruments.polatis_scpi import PolatisScpi
 from labd.runtime import run
-from labd.stats import percentile
+from labd.vocabulary import percentile
 
 LAB = """
 [lab]

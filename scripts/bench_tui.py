@@ -22,7 +22,7 @@ import httpx
 
 from labd.emulation.drill import emulated_rig
 from labd.lab.file import load_lab
-from labd.stats import percentile
+from labd.vocabulary import percentile
 from tui.app import LabApp
 
 LAB = """[lab]

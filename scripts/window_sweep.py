@@ -9,7 +9,7 @@ import argparse
 import asyncio
 
 from labd.client.api import DaemonClient
-from labd.daemon.core import find_token
+from labd.daemon.token import find_token
 from labd.measure.schedule import replay, schedule_summary, synthetic
 
 

@@ -36,10 +36,9 @@ from textual.widgets import (
 )
 from textual.worker import WorkerCancelled, WorkerFailed
 
-from labd.client.api import DaemonClient, DaemonError
+from labd.client.api import DaemonClient
+from labd.errors import CampaignError, DaemonError
 from labd.measure.campaign import (
-    SPANS,
-    CampaignError,
     ReconfigPlan,
     batch_sizes,
     free_ports,
@@ -48,10 +47,7 @@ from labd.measure.campaign import (
     span_ms,
     summary,
 )
-
-STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
-          "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
-
+from labd.vocabulary import SPANS, STAGES, percentile
 
 BARS = "▁▂▃▄▅▆▇█"
 #: The port map is refreshed at most this often (seconds) under a stream of changes.
@@ -65,11 +61,6 @@ def sparkline(values: list[float]) -> str:
     low, high = min(values), max(values)
     span = (high - low) or 1.0
     return "".join(BARS[min(len(BARS) - 1, int((v - low) / span * len(BARS)))] for v in values)
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def power_text(dbm: float | None, threshold: float = -30.0) -> Text:
@@ -606,8 +597,8 @@ class LabApp(App[None]):
         order = {name: i for i, (name, _, _) in enumerate(SPANS)}
         for (switch, name), values in sorted(self.phase_ms.items(),
                                              key=lambda i: (i[0][0], order[i[0][1]])):
-            table.add_row(switch, name, str(len(values)), f"{quantile(values, 0.5):.2f}",
-                          f"{quantile(values, 0.99):.2f}", f"{max(values):.2f}",
+            table.add_row(switch, name, str(len(values)), f"{percentile(values, 50):.2f}",
+                          f"{percentile(values, 99):.2f}", f"{max(values):.2f}",
                           Text(sparkline(values[-60:]), style="cyan"), key=f"{switch}:{name}")
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

@@ -24,15 +24,10 @@ from typing import Any
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
 from labd.agent.jobs import JobRunner
-from labd.agent.links import AgentLink, LinkDown, http_link, mqtt_link
+from labd.agent.links import AgentLink, http_link, mqtt_link
 from labd.agent.nics import Nics
-from labd.agent.smi import SmiError
-from labd.daemon.bus import parse_url
-from labd.errors import LabdError
-
-
-class AgentError(LabdError):
-    """The agent's settings cannot be used."""
+from labd.errors import AgentError, LinkDown, SmiError
+from labd.mqtt import parse_url
 
 
 class Agent:

@@ -18,15 +18,11 @@ import aiomqtt
 import httpx
 
 from labd.client.api import call_json
-from labd.daemon.bus import NO_DELAY, parse_url, publish
-from labd.errors import LabdError
+from labd.errors import LinkDown
+from labd.mqtt import NO_DELAY, parse_url, publish
 
 #: How long one command poll waits at the daemon for a command (HTTP).
 POLL_S = 20.0
-
-
-class LinkDown(LabdError):
-    """The way to the daemon failed; the agent reconnects."""
 
 
 class AgentLink(Protocol):

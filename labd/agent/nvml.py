@@ -18,11 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from labd.agent.health import GpuStatus
-from labd.errors import LabdError
-
-
-class NvmlUnavailable(LabdError):
-    """NVML cannot be used on this host."""
+from labd.errors import NvmlUnavailable
 
 
 def _load() -> ModuleType:

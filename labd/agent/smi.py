@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 
 from labd.agent.health import GpuStatus
-from labd.errors import LabdError
+from labd.errors import SmiError
 
 FIELDS = (
     "index", "uuid", "name", "pci.bus_id", "temperature.gpu", "power.draw",
@@ -28,14 +28,6 @@ EXIT_MEANINGS = {2: "invalid argument", 3: "not supported", 4: "no permission",
                  10: "timeout", 12: "NVML library not found", 13: "function not found",
                  14: "infoROM corrupted", 15: "GPU is lost", 16: "GPU reset required",
                  17: "blocked by the operating system", 255: "unknown error"}
-
-
-class SmiError(LabdError):
-    """nvidia-smi could not report; ``lost`` says whether it reported a lost GPU."""
-
-    def __init__(self, message: str, *, code: int, lost: bool = False) -> None:
-        self.code, self.lost = code, lost
-        super().__init__(message)
 
 
 @dataclass

@@ -10,11 +10,7 @@ from typing import Any
 import httpx
 import websockets
 
-from labd.errors import LabdError
-
-
-class DaemonError(LabdError):
-    """The daemon refused a request or cannot be reached; the message says which."""
+from labd.errors import DaemonError
 
 
 async def call_json(http: httpx.AsyncClient, method: str, path: str,

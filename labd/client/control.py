@@ -15,11 +15,7 @@ from typing import Any
 import httpx
 
 from labd.client.api import call_json
-from labd.errors import LabdError
-
-
-class BackdoorError(LabdError):
-    """The control endpoint refused a request or cannot be reached."""
+from labd.errors import BackdoorError
 
 
 class Backdoor:

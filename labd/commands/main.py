@@ -134,7 +134,8 @@ def run_daemon(
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
     from labd.client.control import Backdoor
-    from labd.daemon.core import Daemon, token_path
+    from labd.daemon.core import Daemon
+    from labd.daemon.token import token_path
     from labd.emulation.drill import DrillService, Rig
     from labd.emulation.rig import emulated_hosts, emulated_lab, endpoint_of
 
@@ -198,7 +199,7 @@ def tui(
 ) -> None:
     """The terminal UI: port maps, hosts, the latest failover, reconfigurations and events
     of a running daemon, live; keys in the footer."""
-    from labd.daemon.core import find_token
+    from labd.daemon.token import find_token
     from tui.app import LabApp
 
     LabApp(url, find_token(token)).run()
@@ -219,7 +220,7 @@ def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, 
 
 def _agent_token(explicit: str | None) -> str:
     """--token, else $LABD_TOKEN, else the token file; the agent never makes one."""
-    from labd.daemon.core import find_token, token_path
+    from labd.daemon.token import find_token, token_path
 
     found = find_token(explicit)
     if found is None:
@@ -262,7 +263,8 @@ def agent(
     from labd.agent.agent import Agent, run_agent
     from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
     from labd.agent.nics import SysfsNics
-    from labd.agent.nvml import NvmlBackend, NvmlUnavailable
+    from labd.agent.nvml import NvmlBackend
+    from labd.errors import NvmlUnavailable
 
     if (mqtt is None) == (daemon is None):
         raise _fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
@@ -535,7 +537,7 @@ def measure_reconfig(
     """Time reconfigurations through the daemon on its switches' free ports and keep them
     as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
     Ctrl-C keeps what was measured (--resume NAME goes on)."""
-    from labd.daemon.core import find_token
+    from labd.daemon.token import find_token
     from labd.measure.reconfig import (
         apply_timing,
         finishing,
@@ -655,7 +657,7 @@ def measure_schedule(
     """Replay a parallelism schedule: reconfigure the switches for each phase, on demand or
     speculatively, and report for each idle window whether the reconfiguration was hidden,
     how far it overran, and the time added per iteration. Kept as a run."""
-    from labd.daemon.core import find_token
+    from labd.daemon.token import find_token
     from labd.measure.reconfig import apply_timing, finishing, new_run, open_target, resume_run
     from labd.measure.schedule import check_switches, load_schedule
 

@@ -17,15 +17,13 @@ import json
 import logging
 import random
 import secrets
-import socket
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import aiomqtt
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from labd.errors import LabdError
-from labd.fabric.engine import RequestError
+from labd.errors import BusError, RequestError
+from labd.mqtt import NO_DELAY, parse_url, publish
 
 if TYPE_CHECKING:
     from labd.daemon.core import Daemon
@@ -41,42 +39,6 @@ class Command(BaseModel):
     disconnect: list[int] | None = None
     replace: list[tuple[int, int]] | None = None
     verify_light: bool = True
-
-
-class BusError(LabdError):
-    """The MQTT settings cannot be used."""
-
-
-#: Small messages go out at once. Without TCP_NODELAY a message sent right behind another
-#: (an agent's event after its heartbeat) waits for the broker's delayed ACK: 40 ms on Linux.
-NO_DELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
-
-
-async def publish(client: aiomqtt.Client, topic: str, payload: str | bytes, *, qos: int = 0,
-                  retain: bool = False) -> None:
-    """``client.publish``, run so that a cancellation reaches the caller. aiomqtt waits with
-    asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as the
-    wait ends: a task looping on publishes would then never stop (and a TaskGroup would
-    wait for it forever). Awaited through a shield, the cancellation is ours to receive."""
-    sending = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
-    try:
-        await asyncio.shield(sending)
-    except asyncio.CancelledError:
-        sending.cancel()
-        # Nobody awaits it any more: take its outcome so it is not reported as lost.
-        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
-        raise
-
-
-def parse_url(url: str) -> tuple[str, int]:
-    try:
-        parts = urlsplit(url if "://" in url else f"mqtt://{url}")
-        port = parts.port or 1883
-    except ValueError:
-        raise BusError(f"MQTT broker {url!r}: the port must be a number") from None
-    if parts.scheme not in ("mqtt", "tcp") or not parts.hostname:
-        raise BusError(f"MQTT broker {url!r}: expected mqtt://HOST[:PORT]")
-    return parts.hostname, port
 
 
 class MqttBridge:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import secrets
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import uvicorn
@@ -23,6 +20,7 @@ from instruments.events import Drift, InstrumentEvent
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
+from labd.daemon.token import load_or_make_token
 from labd.events import EventHub
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
@@ -49,32 +47,6 @@ class StartupReport:
     failed: dict[str, str] = field(default_factory=dict)
     drift: dict[str, Drift] = field(default_factory=dict)
     restored: list[str] = field(default_factory=list)
-
-
-def token_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "labd" / "token"
-
-
-def find_token(explicit: str | None) -> str | None:
-    """--token, else $LABD_TOKEN, else the token file if there is one."""
-    if explicit or os.environ.get("LABD_TOKEN"):
-        return explicit or os.environ["LABD_TOKEN"]
-    path = token_path()
-    return path.read_text().strip() if path.exists() else None
-
-
-def load_or_make_token(explicit: str | None) -> str:
-    """--token, else $LABD_TOKEN, else the token file (made on first use, mode 0600)."""
-    found = find_token(explicit)
-    if found:
-        return found
-    path = token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(24)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return token
 
 
 class Daemon:

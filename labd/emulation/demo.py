@@ -41,7 +41,7 @@ from labd.emulation.verify import light_drill
 from labd.fabric.engine import Result, log_resolution
 from labd.lab.file import Lab, load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
-from labd.stats import percentile
+from labd.vocabulary import percentile
 
 BATCHES = (1, 2, 4, 8)
 

@@ -27,21 +27,15 @@ from rich.table import Table
 
 from instruments.errors import InstrumentError
 from labd.client.control import Backdoor
-from labd.daemon.bus import parse_url
 from labd.daemon.core import Daemon
 from labd.emulation.rig import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
-from labd.errors import LabdError
+from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
 from labd.events import EventHub
-from labd.fabric.engine import RequestError
-from labd.hosts.jobs import ACTIVE, STAGES, JobError
 from labd.lab.file import Lab
-from labd.stats import percentile
+from labd.mqtt import parse_url
+from labd.vocabulary import ACTIVE, STAGES, percentile
 
 FINAL = ("recovered", "no-spare", "declined", "recorded", "failed", "timeout", "skipped")
-
-
-class DrillError(LabdError):
-    """A drill could not be run as asked."""
 
 
 @dataclass
@@ -228,10 +222,6 @@ async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -
                    f"host {host.id} to report healthy")
     if result.member not in daemon.jobs.job(job).members:
         await daemon.jobs.return_spare(job, result.member)
-
-
-class DrillBusy(RequestError):
-    status = 409
 
 
 class DrillService:

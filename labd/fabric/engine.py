@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from instruments.errors import InstrumentError, InvalidRequest
+from instruments.errors import InstrumentError, InvalidRequest, NoSuchPort
 from instruments.events import Drift, LinkState
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
-from labd.errors import LabdError
+from labd.errors import PortBusy, RequestError, Unavailable, UnknownPort, UnknownSwitch
 from labd.events import EventHub
 from labd.fabric.reservations import Reservations
 from labd.lab.file import Lab
@@ -36,31 +36,6 @@ from labd.lab.wiring import (
 from labd.store.models import PowerTrace
 from labd.store.store import ReconfigurationRecord, Store
 
-
-class RequestError(LabdError):
-    """A request that cannot be carried out as asked; ``status`` is its HTTP status."""
-
-    status = 422
-
-
-class UnknownSwitch(RequestError):
-    status = 404
-
-
-class UnknownPort(RequestError):
-    status = 404
-
-
-class PortBusy(RequestError):
-    status = 409
-
-
-class Unavailable(RequestError):
-    """The switch is offline (reconnecting): nothing was sent."""
-
-    status = 503
-
-
 #: The most points a light-verification log takes per channel.
 MAX_LOG_POINTS = 20_000
 
@@ -72,7 +47,6 @@ def log_resolution(window_s: float, finest_s: float) -> float:
 
 #: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
 #: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
-PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
 
 
 @dataclass
@@ -134,9 +108,10 @@ class Engine:
     def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair]) -> list[Pair]:
         try:
             return switch.normalise_pairs(list(pairs))
+        except NoSuchPort as exc:
+            raise UnknownPort(exc.message) from None
         except InvalidRequest as exc:
-            cls = UnknownPort if "is not on this" in exc.message else RequestError
-            raise cls(exc.message) from None
+            raise RequestError(exc.message) from None
 
     def _port(self, switch: OpticalSwitch, port: int) -> int:
         try:

@@ -33,19 +33,16 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from labd.errors import LabdError
+from labd.errors import JobError, LabdError, UnknownJob
 from labd.events import Event, EventHub
-from labd.fabric.engine import Engine, RequestError, Result
+from labd.fabric.engine import Engine, Result
 from labd.hosts.monitor import HostMonitor
 from labd.hosts.spares import Replacement, choose_spare
 from labd.lab.file import JobEntry, Lab
 from labd.lab.wiring import trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
 from labd.store.store import Store
-
-STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
-          "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
-ACTIVE = ("running", "degraded", "recovering")
+from labd.vocabulary import ACTIVE, STAGES
 
 SendToHost = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -56,16 +53,6 @@ def since_failure_ms(stages: dict[str, int | None]) -> dict[str, float]:
     first = stages.get("failure") or stages.get("detected")
     return {k: round((v - first) / 1e6, 3) for k in STAGES
             if (v := stages.get(k)) is not None and first}
-
-
-class JobError(RequestError):
-    """A job request that cannot be carried out (unknown job, wrong state)."""
-
-    status = 409
-
-
-class UnknownJob(JobError):
-    status = 404
 
 
 @dataclass
@@ -143,8 +130,12 @@ class JobManager:
         self.lab, self.engine, self.hosts, self.hub, self.store = lab, engine, hosts, hub, store
         self.send = send
         self.jobs = {j.id: JobState(j, list(j.members), list(j.spares)) for j in lab.job}
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()
+        """Set (and replaced) whenever a host reports something a recovery may wait for."""
         self._tasks: list[asyncio.Task[None]] = []
+        # Failures reach recovery by a direct call from the monitor, not through the
+        # observers' bounded event stream: a stream that overflows loses no failure.
+        hosts.listen(self)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -187,7 +178,6 @@ class JobManager:
         return work
 
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._listen(), name="labd-jobs"))
         for state in self.jobs.values():
             self._tasks.append(asyncio.create_task(self._worker(state),
                                                    name=f"labd-recovery-{state.entry.id}"))
@@ -293,19 +283,13 @@ class JobManager:
         return state.as_dict()
 
     # -- following the hosts ---------------------------------------------------------------
-    async def _listen(self) -> None:
-        while True:
-            _, sub = self.hub.subscribe()
-            try:
-                while (event := await sub.next()) is not None:
-                    self._on_event(event)
-                    if event.kind in ("job.progress", "nic.link", "host.status", "host.lost"):
-                        async with self._changed:
-                            self._changed.notify_all()
-            finally:
-                sub.close()
-            self.hub.publish("warning", {"detail": "job manager fell behind the event "
-                                                   "stream; resubscribed"})
+    def host_event(self, event: Event) -> None:
+        """What a host reported (HostListener): a failure is queued for recovery at once;
+        progress, links and status wake the recoveries waiting on them."""
+        self._on_event(event)
+        if event.kind in ("job.progress", "nic.link", "host.status", "host.lost"):
+            changed, self._changed = self._changed, asyncio.Event()
+            changed.set()
 
     def _on_event(self, event: Event) -> None:
         data = event.data
@@ -363,7 +347,7 @@ class JobManager:
 
     async def _wait_for(self, check: Callable[[], int | None], timeout: float) -> int:
         """Wait until ``check()`` gives a time; TimeoutError after ``timeout`` s."""
-        async with asyncio.timeout(timeout), self._changed:
+        async with asyncio.timeout(timeout):
             while (found := check()) is None:
                 await self._changed.wait()
             return found

@@ -10,9 +10,9 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from labd.events import EventHub
+from labd.events import Event, EventHub
 
 MISSED = 1.5
 
@@ -56,11 +56,28 @@ class HostState:
         return next((g.get("health") for g in self.gpus if g.get("index") == index), None)
 
 
+class HostListener(Protocol):
+    """Who acts on what hosts report (the job manager): called with every host event as it
+    is published, so that nothing it must act on can be lost to a slow event stream."""
+
+    def host_event(self, event: Event) -> None: ...
+
+
 class HostMonitor:
     def __init__(self, hub: EventHub, hosts: list[str]) -> None:
         self.hub = hub
+        self._listeners: list[HostListener] = []
         self.hosts = {h: HostState(h) for h in hosts}
         self._watchdog: asyncio.Task[None] | None = None
+
+    def listen(self, listener: HostListener) -> None:
+        """Call ``listener.host_event`` with every host event from now on."""
+        self._listeners.append(listener)
+
+    def _publish(self, kind: str, data: dict[str, Any]) -> None:
+        event = self.hub.publish(kind, data)
+        for listener in self._listeners:
+            listener.host_event(event)
 
     def start(self) -> None:
         self._watchdog = asyncio.create_task(self._watch(), name="labd-host-watchdog")
@@ -115,7 +132,7 @@ class HostMonitor:
             state.nics[data["nic"]] = data["up"]
             if isinstance(data.get("at_ns"), int):
                 state.nic_since_ns[data["nic"]] = data["at_ns"]
-            self.hub.publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
+            self._publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
                                           "was": data.get("was"), "at_ns": data.get("at_ns")})
         elif kind == "events":
             if data.get("health") not in ("healthy", "degraded", "failed") or not isinstance(
@@ -127,13 +144,13 @@ class HostMonitor:
                 state.gpus.append({"index": data["gpu"], "health": data["health"]})
             else:
                 entry["health"] = data["health"]
-            self.hub.publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
+            self._publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
                 "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
         return None
 
     def _job_event(self, host: str, data: dict[str, Any]) -> str | None:
         if data.get("error") is not None:
-            self.hub.publish("job.error", {"host": host, "job": data.get("job"),
+            self._publish("job.error", {"host": host, "job": data.get("job"),
                                            "epoch": data.get("epoch"), "rank": data.get("rank"),
                                            "error": str(data["error"])})
             return None
@@ -142,7 +159,7 @@ class HostMonitor:
                 or data.get("progress") not in ("started", "ready", "step", "exited")):
             return self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
                                              "'progress' (started, ready, step or exited)")
-        self.hub.publish("job.progress", {"host": host, **{k: data.get(k) for k in (
+        self._publish("job.progress", {"host": host, **{k: data.get(k) for k in (
             "job", "epoch", "rank", "progress", "step", "code", "at_ns")}})
         return None
 
@@ -152,13 +169,13 @@ class HostMonitor:
         before, state.status = state.status, status
         kind = "host.lost" if status in ("offline", "lost") and before == "online" else \
             "host.status"
-        self.hub.publish(kind, {"host": state.id, "status": status, "was": before,
+        self._publish(kind, {"host": state.id, "status": status, "was": before,
                                 "last_beat_ns": state.last_beat_ns,
                                 "last_sent_ns": state.last_sent_ns})
 
     def _bad(self, host: str, kind: str, why: str) -> str:
         detail = f"bad {kind} message from host {host}: {why}"
-        self.hub.publish("warning", {"detail": detail})
+        self._publish("warning", {"detail": detail})
         return detail
 
     async def _watch(self) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labd.fabric.engine import Engine, RequestError
+from labd.errors import RequestError
+from labd.fabric.engine import Engine
 from labd.lab.file import JobEntry, Lab
 from labd.lab.wiring import CircuitRoute, trace_circuit
 

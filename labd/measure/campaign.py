@@ -22,18 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from labd.client.api import DaemonClient
-from labd.errors import LabdError
-from labd.stats import percentile
+from labd.errors import CampaignError
+from labd.vocabulary import SPANS, percentile, span_ns
 
 PATTERNS = ("toggle", "random", "permutation", "sweep")
 #: Phase spans reported, each (name, from phase, to phase).
-SPANS = (("device", "dispatched", "acknowledged"), ("switching", "activated", "acknowledged"),
-         ("light", "dispatched", "light"), ("software", "requested", "dispatched"),
-         ("total", "requested", "done"))
-
-
-class CampaignError(LabdError):
-    """A campaign that cannot be run as asked (the message says which parameter)."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +156,8 @@ def body_pairs(body: dict[str, Any], pairs: list[tuple[int, int]]) -> list[tuple
 
 
 def span_ms(row: dict[str, Any], start: str, end: str) -> float | None:
-    phases = row.get("phases") or {}
-    a, b = phases.get(start), phases.get(end)
-    return None if a is None or b is None else (b - a) / 1e6
+    ns = span_ns(row.get("phases") or {}, start, end)
+    return None if ns is None else ns / 1e6
 
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,21 +29,12 @@ from rich.table import Table
 from instruments.errors import InstrumentError
 from labd import __version__
 from labd.client.api import DaemonClient
-from labd.client.control import Backdoor, BackdoorError
-from labd.errors import LabdError
-from labd.fabric.engine import PHASES
+from labd.client.control import Backdoor
+from labd.errors import BackdoorError, CampaignError, LabdError
 from labd.lab.file import file_sha256, load_lab
-from labd.measure.campaign import (
-    SPANS,
-    CampaignError,
-    ReconfigPlan,
-    batch_sizes,
-    free_ports,
-    run_reconfig,
-    span_ms,
-)
+from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig, span_ms
 from labd.measure.runs import Run, RunStore
-from labd.stats import percentile
+from labd.vocabulary import PHASES, SPANS, percentile
 
 
 @dataclass

@@ -19,14 +19,10 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, create_engin
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from labd.errors import LabdError
+from labd.errors import RunError
 from labd.store.store import normalise_url
 
 DEFAULT_RUNS = "labd-runs.sqlite"
-
-
-class RunError(LabdError):
-    """A run that cannot be found, made or read (the message says which and why)."""
 
 
 class Base(DeclarativeBase):

@@ -27,12 +27,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labd.client.api import DaemonClient
-from labd.errors import LabdError
-from labd.stats import percentile
-
-
-class ScheduleError(LabdError):
-    """A schedule file or request that cannot be used (the message says where)."""
+from labd.errors import ScheduleError
+from labd.vocabulary import percentile
 
 
 class Phase(BaseModel):

@@ -4,6 +4,7 @@ SQLite by default (WAL: readers never block the writer, and a killed process los
 committed transaction), PostgreSQL by URL. See :class:`labd.store.store.Store`.
 """
 
-from labd.store.store import Store, StoreError
+from labd.errors import StoreError
+from labd.store.store import Store
 
 __all__ = ["Store", "StoreError"]

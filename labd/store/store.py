@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from labd.errors import LabdError
+from labd.errors import StoreError
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,6 @@ class ReconfigurationRecord:
     def __post_init__(self) -> None:
         if self.wall_time is None:
             self.wall_time = datetime.now(UTC) - _since(self.requested_ns)
-
-
-class StoreError(LabdError):
-    """The store cannot be opened or written; the message says which and why."""
 
 
 def normalise_url(target: str | Path) -> str:

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from labd.agent.health import GpuStatus, Health, classify, classify_host, parse_xid
-from labd.agent.smi import SmiError, apply_remap, interpret_exit, parse_query_gpu, query
+from labd.agent.smi import apply_remap, interpret_exit, parse_query_gpu, query
+from labd.errors import SmiError
 
 DATA = Path(__file__).parent.parent / "data" / "nvidia-smi"
 

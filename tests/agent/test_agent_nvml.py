@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from labd.agent.health import Health, classify_host
-from labd.agent.nvml import NvmlBackend, NvmlUnavailable
+from labd.agent.nvml import NvmlBackend
+from labd.errors import NvmlUnavailable
 
 
 def test_real_nvml_reports_or_explains_why_not() -> None:

@@ -7,15 +7,9 @@ import pytest
 
 from labd.client.api import DaemonClient
 from labd.emulation.drill import emulated_rig
+from labd.errors import CampaignError
 from labd.lab.file import load_lab
-from labd.measure.campaign import (
-    CampaignError,
-    FreePorts,
-    ReconfigPlan,
-    batch_sizes,
-    run_reconfig,
-    summary,
-)
+from labd.measure.campaign import FreePorts, ReconfigPlan, batch_sizes, run_reconfig, summary
 from tests.broker import unique_lab
 
 LAB = """

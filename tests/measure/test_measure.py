@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from labd.measure.runs import RunError, RunStore
+from labd.errors import RunError
+from labd.measure.runs import RunStore
 from tests.commands.test_cli import LABD, run
 from tests.daemon.test_daemon import metered
 

@@ -7,9 +7,9 @@ import pytest
 
 from labd.client.api import DaemonClient
 from labd.emulation.drill import emulated_rig
+from labd.errors import ScheduleError
 from labd.lab.file import load_lab
 from labd.measure.schedule import (
-    ScheduleError,
     check_switches,
     idle_gaps,
     load_schedule,

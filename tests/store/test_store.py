@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy
 from sqlalchemy import func, select
 
-from labd.store import Store, StoreError
+from labd.errors import StoreError
+from labd.store import Store
 from labd.store.models import PairChange, Reconfiguration
 from labd.store.store import ReconfigurationRecord, set_intended
 

@@ -233,10 +233,9 @@ async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
         assert tabs.active == "events"
 
 
-def test_sparkline_and_quantiles() -> None:
-    from tui.app import quantile, sparkline
+def test_sparkline() -> None:
+    from tui.app import sparkline
 
     assert sparkline([]) == ""
     assert sparkline([1.0, 1.0]) == "▁▁"
     assert sparkline([0.0, 5.0, 10.0]) == "▁▅█"
-    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0 and quantile([1.0, 9.0], 0.99) == 9.0

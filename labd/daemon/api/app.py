@@ -17,14 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
-from instruments.errors import InstrumentError, NotSupported
+from instruments.errors import NotSupported
 from labd import __version__
-from labd.fabric.engine import RequestError
+from labd.daemon.api import errors
 from labd.hosts.jobs import since_failure_ms
 from labd.lab.file import file_sha256
 from labd.lab.wiring import CircuitRoute, circuits
-from labd.stats import percentile
 from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
+from labd.vocabulary import SPANS, percentile, span_ns
 
 if TYPE_CHECKING:
     from labd.daemon.core import Daemon
@@ -116,14 +116,7 @@ def create_app(daemon: Daemon) -> FastAPI:
             raise HTTPException(401, "a bearer token is required for changes: send "
                                      "'Authorization: Bearer <token>' (see labd run's report)")
 
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
-
-    @app.exception_handler(InstrumentError)
-    async def _instrument_error(request: Request, exc: InstrumentError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=502)
-
+    errors.install(app)
     lab_sha256 = file_sha256(daemon.lab.source)
 
     @app.get("/v1/health")
@@ -376,16 +369,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         out: dict[str, Any] = {}
         for name in sorted({r["switch"] for r in rows}):
             mine = [r["phases"] for r in rows if r["switch"] == name]
-            spans = {
-                "queued": [(p["dispatched"] - p["requested"]) for p in mine if p["dispatched"]],
-                "device": [(p["acknowledged"] - p["dispatched"]) for p in mine
-                           if p["acknowledged"] and p["dispatched"]],
-                "switching": [(p["acknowledged"] - p["activated"]) for p in mine
-                              if p["acknowledged"] and p["activated"]],
-                "light": [(p["light"] - p["dispatched"]) for p in mine
-                          if p["light"] and p["dispatched"]],
-                "total": [(p["done"] - p["requested"]) for p in mine],
-            }
+            spans = {name: [d for p in mine if (d := span_ns(p, start, end)) is not None]
+                     for name, start, end in SPANS}
             out[name] = {"count": len(mine), **{
                 k: {"n": len(v), "p50_ms": percentile(v, 50) / 1e6 if v else None,
                     "p99_ms": percentile(v, 99) / 1e6 if v else None}

@@ -1,0 +1,46 @@
+"""The words labd's parts share, defined once: the phases a reconfiguration passes through,
+the spans measured between them, the stages of a failover, and the one percentile every
+report uses. The API, the TUI, ``labd measure`` and the benchmarks all import them from here,
+so the same data gives the same figures wherever it is read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+#: A reconfiguration's phases, in order, each a CLOCK_MONOTONIC time in ns (docs/daemon.md):
+#: asked for, first command sent, first light-moving command sent, its reply, light seen on
+#: every metered path, recorded.
+PHASES = ("requested", "dispatched", "activated", "acknowledged", "light", "done")
+
+#: The spans reported for a reconfiguration: (name, from phase, to phase).
+#: ``software`` is labd's own time before the switch hears of the change.
+SPANS = (("device", "dispatched", "acknowledged"), ("switching", "activated", "acknowledged"),
+         ("light", "dispatched", "light"), ("software", "requested", "dispatched"),
+         ("total", "requested", "done"))
+
+#: A failover's stages, in order (docs/daemon.md, "Failover").
+STAGES = ("failure", "reported", "detected", "spare_chosen", "switches_acked",
+          "light_verified", "links_up", "job_restarted", "collectives_ready", "first_step")
+
+#: A job's statuses in which a member's failure is recovered.
+ACTIVE = ("running", "degraded", "recovering")
+
+
+def span_ns(phases: Mapping[str, int | None], start: str, end: str) -> int | None:
+    """The time from phase ``start`` to phase ``end``; None where either was not reached."""
+    a, b = phases.get(start), phases.get(end)
+    return None if a is None or b is None else b - a
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), interpolated linearly between the two nearest ranks:
+    ``numpy.percentile``'s default ("linear", Hyndman and Fan's definition 7). NaN for no
+    values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
