@@ -28,16 +28,56 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from emulators.lab import EmulatedLab
+
+class HostControl(Protocol):
+    """An emulated GPU host, as the control endpoint drives it (the host itself is played
+    by whoever registered it)."""
+
+    def fail(self, gpu: int, signal: str) -> int:
+        """Inject a GPU failure; returns when it happened (CLOCK_MONOTONIC ns)."""
+        ...
+
+    def heal(self, gpu: int | None) -> None: ...
+    def nic_down(self, nic: str, down: bool) -> None: ...
+
+    async def kill(self) -> int:
+        """The host dies; returns when (CLOCK_MONOTONIC ns)."""
+        ...
+
+    def revive(self) -> None:
+        """A killed host is back, healthy."""
+        ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class ControlledLab(Protocol):
+    """What the control endpoint drives: an emulated lab (emulators.lab.EmulatedLab), typed
+    here so that the server does not depend on the lab that starts it."""
+
+    @property
+    def devices(self) -> Mapping[str, Any]: ...
+    @property
+    def hosts(self) -> Mapping[str, HostControl]: ...
+
+    def describe(self, emulator_id: str) -> dict[str, Any]: ...
+    def truth(self, emulator_id: str, since: int = 0, light_since: int = 0, *,
+              light: bool = True) -> dict[str, Any]: ...
+    def light(self, since: int = 0) -> list[dict[str, Any]]: ...
+    def inject(self, emulator_id: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def clear_faults(self, emulator_id: str) -> None: ...
+    def set_timing(self, emulator_id: str, values: dict[str, Any]) -> dict[str, Any]: ...
+    async def power(self, emulator_id: str, on: bool) -> dict[str, Any]: ...
+    def reset(self, emulator_id: str | None = None) -> None: ...
+    def host(self, host_id: str) -> HostControl: ...
 
 
 class FaultBody(BaseModel):
@@ -75,7 +115,7 @@ class TimingBody(BaseModel):
     seed: int | None = None
 
 
-def create_app(lab: EmulatedLab) -> FastAPI:
+def create_app(lab: ControlledLab) -> FastAPI:
     app = FastAPI(title="labd emulator control", version="1")
 
     @app.exception_handler(KeyError)
@@ -182,7 +222,7 @@ class _Server(uvicorn.Server):
 
 
 class ControlServer:
-    def __init__(self, lab: EmulatedLab, host: str, port: int) -> None:
+    def __init__(self, lab: ControlledLab, host: str, port: int) -> None:
         self.app = create_app(lab)
         self.host, self.port = host, port
         self._server: _Server | None = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from emulators.control import HostControl
 from emulators.devices.calient import CalientOptions, CalientSwitch
 from emulators.devices.keysight import KeysightMeter, KeysightOptions
 from emulators.devices.polatis import PolatisOptions, PolatisSwitch
@@ -19,28 +20,6 @@ from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
 from emulators.physics.timing import TimingModel
 from emulators.wire.faults import METER_FAULT_KINDS, Faults, parse_fault
 from emulators.wire.server import Endpoint, Interface
-
-
-class HostControl(Protocol):
-    """An emulated GPU host, as the control endpoint drives it (the host itself is played
-    by whoever registered it)."""
-
-    def fail(self, gpu: int, signal: str) -> int:
-        """Inject a GPU failure; returns when it happened (CLOCK_MONOTONIC ns)."""
-        ...
-
-    def heal(self, gpu: int | None) -> None: ...
-    def nic_down(self, nic: str, down: bool) -> None: ...
-
-    async def kill(self) -> int:
-        """The host dies; returns when (CLOCK_MONOTONIC ns)."""
-        ...
-
-    def revive(self) -> None:
-        """A killed host is back, healthy."""
-        ...
-
-    def describe(self) -> dict[str, Any]: ...
 
 
 class Device(Protocol):

@@ -1,5 +1,5 @@
 """Qontrol-style DAC/driver boards (Q8iv/Q8b modules, daisy-chained) over USB-serial at
-115200 baud: the ASCII protocol of protocols.md §5.1.
+115200 baud: the ASCII protocol of docs/protocols.md §5.1.
 
 Whether a set command answers ``OK`` differs between boards, so every batch of set
 commands is followed by a query (``nchan?``): its answer proves the batch was read, and any

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import aiomqtt
 
-from labd.errors import BusError
+from labd.errors import BusError, LabdError
 
 #: Small messages go out at once. Without TCP_NODELAY a message sent right behind another
 #: (an agent's event after its heartbeat) waits for the broker's delayed ACK: 40 ms on Linux.
@@ -42,3 +42,20 @@ def parse_url(url: str) -> tuple[str, int]:
     if parts.scheme not in ("mqtt", "tcp") or not parts.hostname:
         raise BusError(f"MQTT broker {url!r}: expected mqtt://HOST[:PORT]")
     return parts.hostname, port
+
+
+LOCAL_BROKER = "mqtt://127.0.0.1:1883"
+
+
+def local_broker() -> str | None:
+    """The MQTT broker on this machine, if one answers."""
+    return LOCAL_BROKER if broker_reachable(LOCAL_BROKER) is None else None
+
+
+def broker_reachable(url: str) -> str | None:
+    """None when an MQTT broker listens at ``url``; otherwise why not."""
+    try:
+        socket.create_connection(parse_url(url), timeout=2).close()
+    except (OSError, LabdError) as exc:
+        return str(exc)
+    return None

@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 from instruments.polatis_scpi import PolatisScpi
-from labd.client.control import Backdoor, spawn_emulators
+from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
+from labd.emulation.rig import emulated_rig
 from labd.lab.file import load_lab
 from labd.runtime import run
 from labd.store.store import ReconfigurationRecord, Store
@@ -184,18 +185,11 @@ async def main(samples: int, rows: int, seconds: float) -> None:
         lab_file = Path(scratch) / "bench.toml"
         lab_file.write_text(lab_text())
         lab = load_lab(lab_file)
-        emulators = await spawn_emulators(lab_file)
-        backdoor = Backdoor(emulators.control)
-        daemon = Daemon(lab, db=str(Path(scratch) / "daemon.sqlite"), port=0, token=TOKEN,
-                        addresses=emulators.endpoints)
-        try:
-            await daemon.start()
-            api_us, direct_us = await api_vs_direct(daemon, emulators.endpoints["s1"], samples)
-            count, elapsed, after_settle, inside = await fleet(daemon, backdoor, seconds)
-        finally:
-            await daemon.stop()
-            await backdoor.close()
-            await emulators.stop()
+        async with emulated_rig(lab, db=str(Path(scratch) / "daemon.sqlite"), token=TOKEN,
+                                apart=True) as rig:
+            api_us, direct_us = await api_vs_direct(rig.daemon, rig.addresses["s1"], samples)
+            count, elapsed, after_settle, inside = await fleet(rig.daemon, rig.backdoor,
+                                                               seconds)
     rate, lags = await store_throughput(rows)
 
     print(f"1. One-pair connect, API path vs a direct driver call ({samples} each, "

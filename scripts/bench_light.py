@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.emulation.verify import light_drill
 from labd.fabric.drivers import make_meter, make_switch
 from labd.lab.file import load_lab

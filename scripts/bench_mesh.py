@@ -23,6 +23,7 @@ import numpy as np
 from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec
 from instruments.mesh import MeshSwitch
 from labd.runtime import run
+from labd.vocabulary import percentile
 
 
 async def bench(ports: int, count: int, seed: int) -> None:
@@ -56,7 +57,7 @@ async def bench(ports: int, count: int, seed: int) -> None:
                     worst = max(worst, xt)
                 delivered += ok
                 worst_per_perm.append(worst)
-    q = np.percentile
+    q = percentile
     print(f"{ports}x{ports} mesh ({chip.elements} MZIs), {count} random permutations: "
           f"{delivered}/{count} delivered every input to its output")
     print(f"  crosstalk per output, dB:      p50 {q(crosstalk, 50):6.1f}  "

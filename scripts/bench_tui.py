@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from labd.emulation.drill import emulated_rig
+from labd.emulation.rig import emulated_rig
 from labd.lab.file import load_lab
 from labd.vocabulary import percentile
 from tui.app import LabApp

@@ -7,8 +7,8 @@ import argparse
 import asyncio
 
 from labd.client.api import DaemonClient
-from labd.daemon.token import find_token
 from labd.measure.campaign import ReconfigPlan, run_reconfig, summary
+from labd.token import find_token
 
 
 async def main(url: str, switch: str, rounds: int, token: str | None = None) -> list[dict]:

@@ -16,7 +16,7 @@ import asyncio
 import time
 
 from instruments.keysight import KeysightN77xx
-from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.fabric.drivers import make_meter, make_switch
 from labd.lab.file import load_lab
 from labd.runtime import run

@@ -9,8 +9,8 @@ import argparse
 import asyncio
 
 from labd.client.api import DaemonClient
-from labd.daemon.token import find_token
 from labd.measure.schedule import replay, schedule_summary, synthetic
+from labd.token import find_token
 
 
 async def main(url: str, switch: str, ports: int, token: str | None = None,

@@ -1,11 +1,9 @@
 """What the tests that use the real MQTT broker share: the broker's address, a clear
-failure when none is listening, waiting for a message, and a lab file with a name no other
-run uses (retained topics outlive a test)."""
+failure when none is listening, and waiting for a message. (A lab file with a name no other
+run uses, as retained topics outlive a test: tests.labs.write_lab.)"""
 
 import asyncio
 import socket
-import uuid
-from pathlib import Path
 
 import aiomqtt
 import pytest
@@ -28,11 +26,3 @@ async def next_message(messages: aiomqtt.MessagesIterator, topic: str) -> aiomqt
             if message.topic.matches(topic):
                 return message
     raise AssertionError("unreachable")
-
-
-def unique_lab(tmp_path: Path, tag: str, body: str = "") -> tuple[str, Path]:
-    """Write ``lab.toml`` with a fresh lab name (``tag`` + random) before ``body``."""
-    name = f"{tag}{uuid.uuid4().hex[:8]}"
-    path = tmp_path / "lab.toml"
-    path.write_text(f'[lab]\nname = "{name}"\n{body}')
-    return name, path

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
 from emulators import EmulatedLab, EmulatorSpec
 from emulators.lab import ServeSpec
+from tests.rigs import StartRig, rig_on
 
 FAST = {"switch_time_ms": 2.0, "jitter_ms": 0.5}
 
@@ -24,6 +27,15 @@ async def lab() -> AsyncIterator[EmulatedLab]:
     ]
     async with EmulatedLab(specs) as emulated:
         yield emulated
+
+
+@pytest.fixture
+def start_rig(tmp_path: Path) -> StartRig:
+    """Start an emulated rig on a lab written for the test (tests.rigs.rig_on):
+
+        async with start_rig("camp", switch(switch_ms=1), mqtt=MQTT, token="t") as rig:
+    """
+    return functools.partial(rig_on, tmp_path)
 
 
 #: Modules whose async tests run on the standard loop and on uvloop (what `labd` runs on).

@@ -1,20 +1,49 @@
-"""An emulated rig (daemon, emulators, emulated hosts) served from a thread with an event
-loop of its own, as a daemon runs beside a UI in another process: the UI's work cannot
-hold the daemon up, nor the daemon's the UI."""
+"""The tests' one way to start an emulated rig (emulators, emulated hosts, a daemon on
+them) on a lab file written for the test: ``rig_on`` (the ``start_rig`` fixture of
+conftest.py), and ``background_rig``, the same served from a thread with an event loop of
+its own, as a daemon runs beside a UI in another process: the UI's work cannot hold the
+daemon up, nor the daemon's the UI."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from labd.daemon.core import Daemon
-from labd.emulation.drill import Rig, emulated_rig
+from labd.emulation.rig import Rig, emulated_rig
 from labd.lab.file import load_lab
-from tests.broker import unique_lab
+from tests.broker import require_broker
+from tests.labs import write_lab
+
+
+@contextlib.asynccontextmanager
+async def rig_on(tmp_path: Path, tag: str, *parts: str, mqtt: str | None = None,
+                 name: str | None = None, **options: Any) -> AsyncIterator[Rig]:
+    """An emulated rig on a lab of ``parts`` (tests.labs) written in ``tmp_path`` under a
+    name no other run uses (or ``name``), its store there too; with ``mqtt``, on that
+    broker, which must be listening. ``options`` are emulated_rig's (token, restore,
+    light_window_s, apart, hosts, tidy, port)."""
+    if mqtt is not None:
+        require_broker()
+    _, path = write_lab(tmp_path, tag, *parts, name=name)
+    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=mqtt,
+                            **options) as rig:
+        yield rig
+
+
+class StartRig(Protocol):
+    """The ``start_rig`` fixture: ``rig_on`` in the test's ``tmp_path``.
+
+        async with start_rig("camp", switch(switch_ms=1), token="t") as rig: ...
+    """
+
+    def __call__(self, tag: str, *parts: str, mqtt: str | None = None,
+                 name: str | None = None, **options: Any
+                 ) -> contextlib.AbstractAsyncContextManager[Rig]: ...
 
 
 class Background:
@@ -40,15 +69,12 @@ class Background:
 
 @contextlib.contextmanager
 def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
-    _, path = unique_lab(tmp_path, tag, body)
-    lab = load_lab(path)
     started = threading.Event()
     box: dict[str, Any] = {}
 
     async def serve() -> None:
         box["stop"] = asyncio.Event()
-        async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None,
-                                token="t") as rig:
+        async with rig_on(tmp_path, tag, body, token="t") as rig:
             box["bg"] = Background(rig, asyncio.get_running_loop())
             started.set()
             await box["stop"].wait()
@@ -56,12 +82,16 @@ def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
     def main() -> None:
         try:
             asyncio.run(serve())
+        except BaseException as error:  # told in the test's thread, which is waiting
+            box["error"] = error
+            raise
         finally:
             started.set()
 
     thread = threading.Thread(target=main, name="rig", daemon=True)
     thread.start()
-    assert started.wait(60) and "bg" in box, "the emulated lab did not start"
+    assert started.wait(60) and "bg" in box, \
+        f"the emulated lab did not start: {box.get('error')!r}"
     background: Background = box["bg"]
     try:
         yield background

@@ -1,4 +1,4 @@
-"""A CALIENT S-Series switch over TL1 (port 3082): two-phase cross-connects (protocols.md §2).
+"""A CALIENT S-Series switch over TL1 (port 3082): two-phase cross-connects (docs/protocols.md §2).
 
 Options for the [?] items: ``prompt`` (a prompt such as ``agent> `` printed after each
 response), ``login_settle_ms`` (commands sooner than this after ACT-USER are refused with

@@ -1,5 +1,5 @@
 """A Keysight N7744A/N7745A multiport optical power meter over SCPI (TCP 5025), following
-protocols.md §4.1: per-channel wavelength, unit, range, averaging time, single reads, and
+docs/protocols.md §4.1: per-channel wavelength, unit, range, averaging time, single reads, and
 the logging function whose result is an IEEE 488.2 block of little-endian float32.
 
 Options: ``model`` (N7744A: 4 channels, N7745A: 8), ``serial``, ``firmware``,

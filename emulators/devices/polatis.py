@@ -1,5 +1,5 @@
 """A HUBER+SUHNER Polatis switch: SCPI (port 5025 or a serial console) and TL1 (port 3082)
-over one shared switch state. Behaviour follows protocols.md §1; the [?] items are options:
+over one shared switch state. Behaviour follows docs/protocols.md §1; the [?] items are options:
 
 ``busy_port``        ``deny`` (refuse a connect onto a connected port) or ``replace``
 ``port_quotes``      PORT? answers ``"25"`` (True) or ``25`` (False)

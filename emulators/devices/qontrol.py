@@ -1,5 +1,5 @@
 """A Qontrol-style DAC/driver board (Q8iv modules, daisy-chained) on a USB-serial port,
-driving the heaters of a photonic mesh. ASCII protocol per protocols.md §5.1:
+driving the heaters of a photonic mesh. ASCII protocol per docs/protocols.md §5.1:
 ``V3=1.2`` / ``V3?`` / ``VALL?`` / ``VVEC0=v0,v1,...`` / ``VFULL?`` / ``NCHAN?`` / ``ID?`` /
 ``NUP=0`` / ``NUPALL?``, LF-terminated, case-insensitive; errors as ``E<nn>:<ch>`` lines.
 

@@ -1,5 +1,5 @@
 """A Thorlabs PM100-series power meter (PM100D, PM100USB, PM101) speaking its SCPI
-(protocols.md §4.2). USB-TMC in a real lab; a TCP socket here, LF-terminated.
+(docs/protocols.md §4.2). USB-TMC in a real lab; a TCP socket here, LF-terminated.
 
 Options: ``model``, ``serial``, ``firmware``, ``sensor`` (head name, e.g. S122C),
 ``sensor_min_nm``/``sensor_max_nm`` (the head's wavelength range), ``noise_db``.

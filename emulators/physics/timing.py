@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-#: Defaults per technology, in milliseconds (see protocols.md §5.3 and §2.3).
+#: Defaults per technology, in milliseconds (see docs/protocols.md §5.3 and §2.3).
 TECHNOLOGY_DEFAULTS: dict[str, dict[str, float]] = {
     "beam-steering": {"switch_time_ms": 25.0, "jitter_ms": 3.0, "per_pair_ms": 0.0},
     "mems-3d": {"switch_time_ms": 40.0, "jitter_ms": 5.0, "per_pair_ms": 0.5},

@@ -1,2 +1,2 @@
 """The GPU-host agent's parts: per-GPU health from NVML, from ``nvidia-smi`` output, or from
-an emulated backend, classified as healthy, degraded or failed (protocols.md §6)."""
+an emulated backend, classified as healthy, degraded or failed (docs/protocols.md §6)."""

@@ -13,7 +13,7 @@ from typing import Protocol
 from labd.agent.health import GpuStatus
 from labd.agent.smi import query
 
-#: Emulated failure signals, by name (protocols.md §6.2).
+#: Emulated failure signals, by name (docs/protocols.md §6.2).
 SIGNALS = ("xid79", "xid48", "xid46", "ecc", "remap-failed", "remap-pending", "lost",
            "thermal")
 

@@ -1,6 +1,6 @@
 """GPU health: what each backend reports, and how it is classified.
 
-The rules follow protocols.md §6.2: an uncorrectable ECC error, a failed row remap, a lost
+The rules follow docs/protocols.md §6.2: an uncorrectable ECC error, a failed row remap, a lost
 GPU (nvidia-smi exit 15, NVML_ERROR_GPU_IS_LOST), a critical Xid (46, 48, 79, 64, 95, 74,
 119, 120) or a GPU missing from the expected count is *failed*; a pending remap or page
 retirement, or hardware slowdown (thermal, power brake) is *degraded*; anything else healthy.

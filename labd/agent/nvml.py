@@ -1,6 +1,6 @@
 """GPU health from NVML (nvidia-ml-py), where a driver is present.
 
-Reads what protocols.md §6.2 classifies on: uncorrectable volatile ECC errors, remapped
+Reads what docs/protocols.md §6.2 classifies on: uncorrectable volatile ECC errors, remapped
 rows (pending, failed), pending page retirement, clock-event (throttle) reasons, and a GPU
 that is lost. Critical Xid events come from an NVML event set, waited on in a thread, so a
 failure reaches the agent as it happens rather than at its next poll; an Xid, once seen,

@@ -1,5 +1,5 @@
 """The client side of labd's HTTP API: an async client for the daemon (what the TUI and
-scripts use; design.md §2) and the one way labd's HTTP clients read an answer."""
+scripts use; docs/architecture.md) and the one way labd's HTTP clients read an answer."""
 
 from __future__ import annotations
 

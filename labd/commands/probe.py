@@ -12,12 +12,15 @@ import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 
-from instruments.errors import InstrumentError, InstrumentTimeout
-from instruments.link import Link, LinkSettings
+from labd.commands.common import console as stdout_console
+from labd.commands.common import fail
+from labd.runtime import run
 
 
 def unescape(text: str) -> str:
@@ -25,8 +28,44 @@ def unescape(text: str) -> str:
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
+def probe_command(
+    address: Annotated[str, typer.Argument(help="tcp://HOST:PORT, serial:///dev/X?baud=N or "
+                                                "visa://RESOURCE")],
+    command: Annotated[list[str] | None, typer.Option("--command", "-c",
+                                                      help="Send this and exit "
+                                                           "(repeatable).")] = None,
+    write_term: Annotated[str, typer.Option(help="Write termination (escapes allowed).")]
+    = "\\n",
+    read_term: Annotated[str, typer.Option(help="Read termination (escapes allowed).")]
+    = "\\n",
+    timeout: Annotated[float, typer.Option(min=0.001, help="Reply timeout, seconds.")] = 2.0,
+    tl1: Annotated[bool, typer.Option("--tl1", help="Read whole TL1 blocks (up to the ';' "
+                                                    "line).")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="Show replies as Python bytes.")] = False,
+) -> None:
+    """A raw session with one instrument: send lines, see replies and their timing."""
+    from instruments.address import parse_address
+    from instruments.errors import AddressError
+
+    try:
+        parse_address(address)
+    except AddressError as exc:
+        raise fail(str(exc)) from None
+    try:
+        code = run(probe(address, commands=command or [], write_term=unescape(write_term),
+                         read_term=unescape(read_term), timeout=timeout, tl1=tl1, raw=raw,
+                         console=stdout_console))
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
 async def probe(address: str, *, commands: list[str], write_term: str, read_term: str,
                 timeout: float, tl1: bool, raw: bool, console: Console) -> int:
+    # Here, not at the top: the drivers are loaded only when a probe runs.
+    from instruments.errors import InstrumentError, InstrumentTimeout
+    from instruments.link import Link, LinkSettings
+
     link = Link(address, LinkSettings(write_termination=write_term, read_termination=read_term,
                                       timeout=timeout), name=address)
     try:

@@ -1,2 +1,4 @@
-"""The daemon process: the ``Daemon`` (``labd.daemon.core``) owning the lab's instruments,
-its HTTP API (``labd.daemon.api``), the MQTT bridge (``labd.daemon.bus``) and its token."""
+"""The daemon process: the ``Daemon`` (``labd.daemon.core``) owning the lab's instruments and
+background loops, the services it hands its HTTP API (``labd.daemon.api``) and its MQTT
+bridge (``labd.daemon.bus``) in place of itself (``labd.daemon.services``), and its bearer
+token (``labd.token``)."""

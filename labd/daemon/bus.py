@@ -26,7 +26,7 @@ from labd.errors import BusError, RequestError
 from labd.mqtt import NO_DELAY, parse_url, publish
 
 if TYPE_CHECKING:
-    from labd.daemon.core import Daemon
+    from labd.daemon.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -42,24 +42,22 @@ class Command(BaseModel):
 
 
 class MqttBridge:
-    def __init__(self, daemon: Daemon, url: str) -> None:
-        self.daemon = daemon
+    """The daemon on the broker at ``url``, for as long as ``run()`` runs."""
+
+    def __init__(self, services: Services, url: str) -> None:
+        self.services = services
         self.host, self.port = parse_url(url)
-        self.prefix = f"labd/{daemon.lab.lab.name}"
+        self.prefix = f"labd/{services.lab.lab.name}"
         self.connected = asyncio.Event()
         self.sessions = 0
         """Broker sessions so far (a reconnection makes a new one)."""
         self._session_started = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
         self._client: aiomqtt.Client | None = None
 
     async def wait_sessions(self, count: int, timeout: float) -> None:
         """Wait until the bridge has had ``count`` broker sessions."""
         async with asyncio.timeout(timeout), self._session_started:
             await self._session_started.wait_for(lambda: self.sessions >= count)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="labd-mqtt")
 
     async def send_to_host(self, host: str, message: dict[str, Any]) -> None:
         """A command for a host's agent (``labd/<lab>/hosts/<host>/job``)."""
@@ -72,18 +70,15 @@ class MqttBridge:
         except aiomqtt.MqttError as exc:
             raise BusError(f"cannot reach host {host}: {exc}") from None
 
-    async def stop(self) -> None:
-        """Say ``offline`` (a clean disconnect sends no last will), then leave."""
+    async def say_offline(self) -> None:
+        """Say ``offline`` before leaving: a clean disconnect sends no last will."""
         if self._client is not None and self.connected.is_set():
             with contextlib.suppress(aiomqtt.MqttError):
                 await publish(self._client, f"{self.prefix}/daemon", "offline", qos=1,
-                                           retain=True)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                              retain=True)
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Stay on the broker, reconnecting with backoff, until cancelled."""
         delay = 0.1
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
@@ -101,7 +96,7 @@ class MqttBridge:
                 delay = min(delay * 2, 10.0)
 
     async def _session(self, client: aiomqtt.Client) -> None:
-        snapshot, subscription = self.daemon.hub.subscribe()
+        snapshot, subscription = self.services.hub.subscribe()
         self._client = client
         try:
             await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
@@ -124,10 +119,10 @@ class MqttBridge:
     async def _publish_state(self, client: aiomqtt.Client, snapshot: dict[str, Any]) -> None:
         for instrument in snapshot["instruments"]:
             await publish(client, f"{self.prefix}/state/instruments/{instrument['id']}",
-                                 json.dumps(instrument), qos=1, retain=True)
+                          json.dumps(instrument), qos=1, retain=True)
         for switch, pairs in snapshot["intended"].items():
             await publish(client, f"{self.prefix}/state/switches/{switch}",
-                                 json.dumps({"intended": pairs}), qos=1, retain=True)
+                          json.dumps({"intended": pairs}), qos=1, retain=True)
 
     async def _forward(self, client: aiomqtt.Client, subscription: Any) -> None:
         while True:
@@ -135,20 +130,20 @@ class MqttBridge:
             if event is None:  # fell behind: start over from a snapshot
                 raise aiomqtt.MqttError("event stream overflowed; resyncing")
             await publish(client, f"{self.prefix}/events/{event.kind}",
-                                 json.dumps(event.as_dict()), qos=0)
+                          json.dumps(event.as_dict()), qos=0)
             if event.kind == "reconfiguration":
                 switch = event.data["switch"]
-                intended = self.daemon.engine.intended.get(switch, {})
+                intended = self.services.engine.intended.get(switch, {})
                 await publish(client, f"{self.prefix}/state/switches/{switch}",
-                                     json.dumps({"intended": sorted(intended.items())}),
-                                     qos=1, retain=True)
+                              json.dumps({"intended": sorted(intended.items())}),
+                              qos=1, retain=True)
             elif event.kind == "instrument.state":
                 # Keep the retained picture current: a late subscriber sees who is offline.
                 name = event.data["instrument"]
-                for instrument in self.daemon.instruments_state():
+                for instrument in self.services.instruments_state():
                     if instrument["id"] == name:
                         await publish(client, f"{self.prefix}/state/instruments/{name}",
-                                             json.dumps(instrument), qos=1, retain=True)
+                                      json.dumps(instrument), qos=1, retain=True)
 
     async def _commands(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
@@ -157,7 +152,7 @@ class MqttBridge:
             if len(parts) == 5 and parts[2] == "hosts":  # labd/<lab>/hosts/<host>/<kind>
                 payload = message.payload if isinstance(message.payload, bytes) else str(
                     message.payload).encode()
-                self.daemon.hosts.handle(parts[3], parts[4], payload)
+                self.services.hosts.handle(parts[3], parts[4], payload)
                 continue
             switch = parts[-1]
             reply = await self.handle(switch, message.payload)
@@ -175,7 +170,7 @@ class MqttBridge:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "payload"
             return {"error": f"{where}: {first['msg']}"}
-        if not secrets.compare_digest(command.token, self.daemon.token):
+        if not secrets.compare_digest(command.token, self.services.token):
             return {"request_id": command.id, "error": "wrong token"}
         actions = [a for a in ("connect", "disconnect", "replace")
                    if getattr(command, a) is not None]
@@ -183,7 +178,7 @@ class MqttBridge:
             return {"request_id": command.id,
                     "error": "give exactly one of 'connect', 'disconnect' or 'replace'"}
         try:
-            result = await self.daemon.engine.reconfigure(
+            result = await self.services.engine.reconfigure(
                 switch, connect=command.connect or (), disconnect=command.disconnect or (),
                 replace=dict(command.replace) if command.replace is not None else None,
                 cause="api", verify_light=command.verify_light)

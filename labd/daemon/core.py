@@ -1,9 +1,12 @@
-"""``labd run``: one asyncio process owning every instrument of a lab.
+"""The daemon (``labd run``): one asyncio process owning every instrument of a lab, used as
+``async with Daemon(lab, ...) as daemon:``.
 
-Start-up opens every instrument at once and reports, in one place, each that failed and why
-(those keep reconnecting in the background); it then reads the intended state from the store
-and compares it with what the switches report: ``restore`` puts the intended circuits back,
-``report`` only announces the drift.
+Start-up opens the store and every instrument at once and reports, in one place
+(``daemon.report``), each that failed and why (those keep reconnecting in the background);
+it then reads the intended state from the store and compares it with what the switches
+report: ``restore`` puts the intended circuits back, ``report`` only announces the drift.
+The API is served, and the background loops (host watchdog, job recoveries, MQTT bridge,
+HTTP server) run in one TaskGroup until the block is left, which stops them all in order.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import contextlib
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -20,7 +23,8 @@ from instruments.events import Drift, InstrumentEvent
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
-from labd.daemon.token import load_or_make_token
+from labd.daemon.services import Drills, Services
+from labd.errors import BusError
 from labd.events import EventHub
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
@@ -28,17 +32,16 @@ from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
 from labd.lab.file import Lab
 from labd.store.store import Store, connection_row
+from labd.token import load_or_make_token
+
+if TYPE_CHECKING:
+    from labd.daemon.bus import MqttBridge
+
+__all__ = ["DEFAULT_PORT", "Daemon", "Drills", "StartupReport"]
 
 DEFAULT_PORT = 8470
-
-
-class Drills(Protocol):
-    """What runs failover drills for the API, where the daemon's GPU hosts are emulated
-    in its process (labd.emulation.drill.DrillService)."""
-
-    def start(self, job: str | None, member: str | None, kind: str) -> dict[str, Any]: ...
-
-    async def close(self) -> None: ...
+#: How long the HTTP server may take to finish its requests when the daemon stops.
+SERVER_EXIT_S = 5.0
 
 
 @dataclass
@@ -56,33 +59,63 @@ class Daemon:
                  mqtt: str | None = None) -> None:
         self.lab = lab
         self.host, self.port = host, port
-        self.token = load_or_make_token(token)
+        self._token = token
+        self.token = token or ""
+        """The bearer token every change needs: ``token``, else found (or made) at start-up
+        (labd.token)."""
         self.restore = restore
         self.store = Store(db)
         self.hub = EventHub(self.snapshot)
         self.drivers: dict[str, Instrument] = {
             e.id: make_driver(e, (addresses or {}).get(e.id), source=lab.source)
             for e in lab.instrument}
+        for driver in self.drivers.values():
+            driver.add_listener(self._on_instrument_event)
         switches = {k: d for k, d in self.drivers.items() if isinstance(d, OpticalSwitch)}
         meters = {k: d for k, d in self.drivers.items() if isinstance(d, PowerMeter)}
         self.engine = Engine(lab, switches, meters, self.store, self.hub,
                              light_window_s=light_window_s)
         self.hosts = HostMonitor(self.hub, [h.id for h in lab.host])
-        self.url = ""
-        self.bus = None
-        if mqtt:
-            from labd.daemon.bus import MqttBridge
-
-            self.bus = MqttBridge(self, mqtt)
         # Agents take job commands from the broker, or, without one, from the API.
         self.commands = CommandQueues()
-        self.drills: Drills | None = None
-        """Set by whoever runs the lab's GPU hosts in emulation (drills need them)."""
         self.jobs = JobManager(lab, self.engine, self.hosts, self.hub, self.store,
-                               self.bus.send_to_host if self.bus is not None
-                               else self.commands.send)
-        self._server: uvicorn.Server | None = None
+                               self._to_bus if mqtt else self.commands.send)
+        # Failures reach recovery by a direct call from the monitor, not through the
+        # observers' bounded event stream: a stream that overflows loses no failure.
+        self.hosts.listen(self.jobs)
+        self.services = Services(
+            lab=lab, engine=self.engine, hosts=self.hosts, jobs=self.jobs, hub=self.hub,
+            store=self.store, token=self.token, commands=self.commands,
+            snapshot=self.snapshot, instruments_state=self.instruments_state)
+        self.bus: MqttBridge | None = None
+        if mqtt:
+            from labd.daemon.bus import MqttBridge  # aiomqtt only for a lab with a broker
+
+            self.bus = MqttBridge(self.services, mqtt)
+        self.report = StartupReport()
+        """What start-up found: instruments connected and failed, drift, restored."""
+        self.url = ""
+        self._server: _Server | None = None
+        self._group: asyncio.TaskGroup | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self._serving: asyncio.Task[None] | None = None
+        self._running = False
+
+    @property
+    def drills(self) -> Drills | None:
+        """Set by whoever runs the lab's GPU hosts in emulation (drills need them)."""
+        return self.services.drills
+
+    @drills.setter
+    def drills(self, drills: Drills | None) -> None:
+        self.services.drills = drills
+
+    async def _to_bus(self, host: str, message: dict[str, Any]) -> None:
+        # The bridge is given the services, the job manager among them, so the job manager
+        # is given this, which finds the bridge when a command goes out.
+        if self.bus is None:
+            raise BusError(f"cannot reach host {host}: the daemon has no MQTT broker")
+        await self.bus.send_to_host(host, message)
 
     # -- state -----------------------------------------------------------------------------
     def instruments_state(self) -> list[dict[str, Any]]:
@@ -118,11 +151,50 @@ class Daemon:
                                                data["state"], event.detail, event.at_ns))
 
     # -- lifecycle -------------------------------------------------------------------------
+    async def __aenter__(self) -> Daemon:
+        await self._start()
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: Any) -> None:
+        await self._stop(error)
+
     async def start(self) -> StartupReport:
-        await self.store.open()
+        """``async with``'s start-up, for callers that stop the daemon with ``stop()``."""
+        await self._start()
+        return self.report
+
+    async def stop(self) -> None:
+        """``async with``'s shut-down; stopping a stopped daemon does nothing."""
+        await self._stop(None)
+
+    async def _start(self) -> None:
+        if self._running:
+            raise RuntimeError("the daemon is already running")
+        self._running = True
+        try:
+            self.token = self.services.token = load_or_make_token(self._token)
+            await self.store.open()
+            self.report = await self._open_instruments()
+            await self._reconcile(self.report)
+            await self.jobs.load()
+            self._server, listener = self._listen()
+            self._group = asyncio.TaskGroup()
+            await self._group.__aenter__()
+            self._serving = self._group.create_task(_serve(self._server, listener),
+                                                    name="labd-api")
+            await self._server.listening.wait()  # the group cancels this if serving fails
+            self._loops = [self._group.create_task(self.hosts.run(), name="labd-host-watchdog"),
+                           self._group.create_task(self.jobs.run(), name="labd-recovery")]
+            if self.bus is not None:
+                self._loops.append(self._group.create_task(self.bus.run(), name="labd-mqtt"))
+        except BaseException as exc:
+            await self._stop(exc)
+            raise
+
+    async def _open_instruments(self) -> StartupReport:
+        """Every instrument at once; each that failed keeps reconnecting by itself."""
         report = StartupReport()
-        for driver in self.drivers.values():
-            driver.add_listener(self._on_instrument_event)
         errors = await asyncio.gather(*(d.connection.open_or_retry()
                                         for d in self.drivers.values()))
         for (name, driver), error in zip(self.drivers.items(), errors, strict=True):
@@ -131,6 +203,11 @@ class Daemon:
                 report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
             else:
                 report.failed[name] = str(error)
+        return report
+
+    async def _reconcile(self, report: StartupReport) -> None:
+        """The switches' circuits against the intended state: drift reported, and restored
+        if ``restore`` is set."""
         await self.engine.load_intended()
         for name, switch in self.engine.switches.items():
             if name in report.failed:
@@ -144,53 +221,82 @@ class Daemon:
                     await self.engine.reconfigure(name, replace=self.engine.intended[name],
                                                   cause="restore", verify_light=False)
                     report.restored.append(name)
-        await self.jobs.load()
-        await self._serve()
-        self.hosts.start()
-        self.jobs.start()
-        if self.bus is not None:
-            self.bus.start()
-        return report
 
-    async def _serve(self) -> None:
+    def _listen(self) -> tuple[_Server, socket.socket]:
+        """The API's server and its listening socket (bound here: a port in use is an
+        OSError from start-up itself)."""
         from labd.daemon.api.app import create_app
 
         # proto named: asyncio's standard loop sets TCP_NODELAY on accepted connections
         # only when the listener says IPPROTO_TCP, and without it a response written in two
         # parts waits for a delayed ACK (40 ms on Linux). uvloop sets it either way.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
         host, port = sock.getsockname()[:2]
         self.url = f"http://{host}:{port}"
-        config = uvicorn.Config(create_app(self), log_level="warning", lifespan="off")
-        self._server = _QuietServer(config)
-        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]),
-                                            name="labd-api")
-        while not self._server.started:
-            if self._serving.done():
-                self._serving.result()
-            await asyncio.sleep(0.005)
+        config = uvicorn.Config(create_app(self.services), log_level="warning",
+                                lifespan="off")
+        return _Server(config), sock
 
-    async def stop(self) -> None:
+    async def _stop(self, error: BaseException | None) -> None:
+        """Everything start-up made, undone in order: the bus says offline, the loops end,
+        WebSocket clients and agents' polls are answered, the server exits, the drivers
+        and the store close. ``error``: what ended an ``async with`` block, if anything."""
+        if not self._running:
+            return
+        self._running = False
+        group, self._group = self._group, None
+        try:
+            if group is not None:
+                await self._stop_loops()
+                # A cancellation is the group's to account for (it may have asked for it,
+                # because a loop failed); any other error is the block's own to raise.
+                await group.__aexit__(*((type(error), error, error.__traceback__)
+                                        if isinstance(error, asyncio.CancelledError)
+                                        else (None, None, None)))
+        finally:
+            for driver in self.drivers.values():
+                await driver.close()
+            await self.store.close()
+
+    async def _stop_loops(self) -> None:
         if self.bus is not None:
-            await self.bus.stop()
-        await self.jobs.stop()
-        await self.hosts.stop()
+            await self.bus.say_offline()  # a clean disconnect sends no last will
+        loops, self._loops = self._loops, []
+        for task in loops:
+            task.cancel()
+        if loops:
+            await asyncio.wait(loops)
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
         self.commands.close()  # and agents' command polls are answered
-        if self._server is not None and self._serving is not None:
+        serving, self._serving = self._serving, None
+        if self._server is not None and serving is not None:
             self._server.should_exit = True
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await self._serving
-        for driver in self.drivers.values():
-            await driver.close()
-        await self.store.close()
+            await asyncio.wait([serving], timeout=SERVER_EXIT_S)
+            serving.cancel()
 
 
-class _QuietServer(uvicorn.Server):
-    """uvicorn without its signal handling: the daemon owns signals."""
+async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
+    with sock:
+        await server.serve(sockets=[sock])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling (the daemon owns signals), telling when it
+    listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.listening.set()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Any:

@@ -28,19 +28,16 @@ from instruments.errors import InstrumentError
 from instruments.events import EventQueue
 from instruments.meter import MeterInfo, PowerMeter
 from instruments.switch import OpticalSwitch, SwitchInfo
-from labd.client.control import Backdoor, spawn_emulators
+from labd.client.control import Backdoor
 from labd.daemon.core import Daemon, StartupReport
-from labd.emulation.drill import (
-    broker_reachable,
-    emulated_rig,
-    local_broker,
-    measure_failover,
-    timeline_table,
-)
+from labd.emulation.drill import timeline_table
+from labd.emulation.failover import measure_failover
+from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.fabric.engine import Result, log_resolution
 from labd.lab.file import Lab, load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
+from labd.mqtt import broker_reachable, local_broker
 from labd.vocabulary import percentile
 
 BATCHES = (1, 2, 4, 8)
@@ -112,29 +109,22 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                    seed: int | None = None, light_events: int = 20, db: str | None = None,
                    mqtt: str | None = None, port: int = 0) -> int:
     rng = random.Random(seed)
-    emulators = await spawn_emulators(lab.source)
-    backdoor = Backdoor(emulators.control)
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            store = db or str(Path(scratch) / "demo.sqlite")
+    with tempfile.TemporaryDirectory() as scratch:
+        store = db or str(Path(scratch) / "demo.sqlite")
+        # The emulators apart, as the hardware would be; the demo lab's hosts are not
+        # played (the failover lab below has them).
+        async with emulated_rig(lab, db=store, port=port if serve else 0, mqtt=mqtt,
+                                apart=True, hosts=False, tidy=False) as rig:
             console.print(f"[bold]labd demo[/]: lab [cyan]{lab.lab.name}[/] in emulation "
-                          f"(control endpoint {emulators.control})")
-            daemon = Daemon(lab, db=store, port=port if serve else 0,
-                            addresses=emulators.endpoints, mqtt=mqtt, restore=True)
-            report = await daemon.start()
-            try:
-                await _main_job(daemon, report, backdoor, rounds, rng, light_events, console,
-                                store)
-                if serve:
-                    console.print(f"\nServing: API {daemon.url}/v1 (labd tui {daemon.url}); "
-                                  f"emulators' control endpoint {emulators.control}.")
-                    await _serve_failover_lab(console, mqtt, port + 1 if port else 0,
-                                              daemon.token, scratch)
-            finally:
-                await daemon.stop()
-    finally:
-        await backdoor.close()
-        await emulators.stop()
+                          f"(control endpoint {rig.control_url})")
+            daemon = rig.daemon
+            await _main_job(daemon, rig.report, rig.backdoor, rounds, rng, light_events,
+                            console, store)
+            if serve:
+                console.print(f"\nServing: API {daemon.url}/v1 (labd tui {daemon.url}); "
+                              f"emulators' control endpoint {rig.control_url}.")
+                await _serve_failover_lab(console, mqtt, port + 1 if port else 0,
+                                          daemon.token, scratch)
     return 0
 
 

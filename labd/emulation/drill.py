@@ -12,80 +12,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import tempfile
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import aiomqtt
-from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from instruments.errors import InstrumentError
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
-from labd.emulation.rig import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
 from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
 from labd.events import EventHub
-from labd.lab.file import Lab
-from labd.mqtt import parse_url
-from labd.vocabulary import ACTIVE, STAGES, percentile
+from labd.vocabulary import ACTIVE, STAGES
 
 FINAL = ("recovered", "no-spare", "declined", "recorded", "failed", "timeout", "skipped")
 
 
-@dataclass
-class Rig:
-    """An emulated lab (instruments and hosts, in this process) with the daemon on it."""
+class Rig(Protocol):
+    """What a drill needs of a rig (labd.emulation.rig.Rig): the daemon, and the emulators'
+    control endpoint to fail and repair GPUs and hosts."""
 
-    daemon: Daemon
-    backdoor: Backdoor
-    hosts: list[EmulatedHost]
-
-
-@contextlib.asynccontextmanager
-async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None, port: int = 0,
-                       token: str | None = None) -> AsyncIterator[Rig]:
-    """Start the lab's emulators and emulated hosts and a daemon on them; stop them all
-    after (and clear the hosts' retained MQTT status, which would outlive the run). Without
-    ``mqtt`` the hosts report to the daemon over HTTP."""
-    emulated, entries = emulated_lab(lab)
-    async with emulated:
-        daemon = Daemon(lab, db=db, port=port, token=token, mqtt=mqtt,
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
-        await daemon.start()
-        hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
-        backdoor = Backdoor(emulated.control_url)
-        rig = Rig(daemon, backdoor, hosts)
-        daemon.drills = drills = DrillService(rig)
-        try:
-            if daemon.bus is not None:
-                await daemon.bus.wait_sessions(1, timeout=10)
-            for host in hosts:
-                host.start()
-                emulated.hosts[host.id] = host
-            yield rig
-        finally:
-            await drills.close()
-            for host in hosts:
-                await host.stop()
-            await backdoor.close()
-            await daemon.stop()
-            if mqtt is not None:
-                await clear_retained(lab.lab.name, [h.id for h in lab.host], mqtt)
-
-
-async def clear_retained(lab: str, hosts: Iterable[str], mqtt: str) -> None:
-    """Clear the retained status topics a run leaves on the broker (hosts' and daemon's)."""
-    with contextlib.suppress(aiomqtt.MqttError):
-        async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
-            for host in hosts:
-                await cleaner.publish(f"labd/{lab}/hosts/{host}/status", b"", retain=True)
-            await cleaner.publish(f"labd/{lab}/daemon", b"", retain=True)
+    @property
+    def daemon(self) -> Daemon: ...
+    @property
+    def backdoor(self) -> Backdoor: ...
 
 
 async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
@@ -288,102 +238,6 @@ class DrillService:
 
 
 # -- labd measure failover -----------------------------------------------------------------
-async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None,
-                           console: Console,
-                           seed: int | None = None, signal: str = "xid79",
-                           db: str | None = None, job: str | None = None,
-                           each: Callable[[DrillResult], Awaitable[None]] | None = None,
-                           done: int = 0) -> list[DrillResult]:
-    """``drills`` GPU failures then ``lost`` hosts lost on the lab in emulation; ``each``
-    is awaited with every result as it comes (a run keeps it); a progress bar starts at
-    ``done`` (drills a resumed run already has)."""
-    if not lab.job:
-        raise DrillError(f"{lab.source}: the lab has no [[job]] to drill")
-    job_id = job or lab.job[0].id
-    entry = next((j for j in lab.job if j.id == job_id), None)
-    if entry is None:
-        raise DrillError(f"no job {job_id!r}; jobs: {', '.join(j.id for j in lab.job)}")
-    if not entry.spares:
-        raise DrillError(f"job {job_id!r} has no spares to swap in")
-    unplayed = [h.id for h in lab.host if not h.emulate]
-    if unplayed:
-        raise DrillError(f"drills fail GPUs in emulation; hosts {', '.join(unplayed)} are "
-                         "not emulate = true")
-    rng = random.Random(seed)
-    with tempfile.TemporaryDirectory() as scratch:
-        async with emulated_rig(lab, db=db or str(Path(scratch) / "drill.sqlite"),
-                                mqtt=mqtt) as rig:
-            daemon = rig.daemon
-            await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
-            await daemon.jobs.start_job(job_id)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
-                           f"job {job_id} to take its first step")
-            results: list[DrillResult] = []
-            plan = ["gpu"] * drills + ["host"] * lost
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("failover drills", total=len(plan) + done,
-                                         completed=done)
-                for kind in plan:
-                    result = await run_drill(rig, job_id, rng, kind=kind, signal=signal)
-                    results.append(result)
-                    if each is not None:
-                        await each(result)
-                    await repair(rig, result, job_id)
-                    await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
-                                   partial(_not_running, daemon, job_id, result))
-                    progress.advance(task)
-    return results
-
-
-def _not_running(daemon: Daemon, job: str, last: DrillResult) -> str:
-    state = daemon.jobs.job(job)
-    return (f"job {job} to run again (after {last.timeline['outcome']} on {last.member}; "
-            f"the job is {state.status}, epoch {state.epoch}, ranks' progress "
-            f"{state.progress})")
-
-
-def failover_report(rows: list[dict[str, Any]], switch_ms: float | None) -> list[Table]:
-    """Each stage's p50/p99/max over the drills (rows from DrillResult.row), and the
-    targets: failure report → light on every new circuit, and lost-host detection."""
-    tables = []
-    for kind, title in (("gpu", "GPU failures"), ("host", "Hosts lost (no failure report)")):
-        mine = [r for r in rows if r["kind"] == kind]
-        if not mine:
-            continue
-        outcomes = Counter(r["outcome"] for r in mine)
-        table = Table(title=f"{title}: {len(mine)} drills "
-                            f"({', '.join(f'{v} {k}' for k, v in sorted(outcomes.items()))}); "
-                            "ms after the failure was injected")
-        for column in ("stage", "n", "p50", "p99", "max"):
-            table.add_column(column, justify="left" if column == "stage" else "right")
-        for stage in (*STAGES[1:], "light_truth"):
-            values = [v for r in mine if (v := r["ms"].get(stage)) is not None]
-            if values:
-                label = "light at receivers (truth)" if stage == "light_truth" else stage
-                table.add_row(label, str(len(values)), f"{percentile(values, 50):.2f}",
-                              f"{percentile(values, 99):.2f}", f"{max(values):.2f}")
-        tables.append(table)
-    target = Table(title="Targets", show_header=True)
-    for column in ("figure", "n", "p50", "p99", "target", "met"):
-        target.add_column(column, justify="left" if column in ("figure", "target") else "right")
-    report_to_light = [v for r in rows if r["kind"] == "gpu"
-                       and (v := r.get("report_to_light_ms")) is not None]
-    if report_to_light and switch_ms is not None:
-        p50 = percentile(report_to_light, 50)
-        target.add_row("failure report → light on every new circuit (truth), ms",
-                       str(len(report_to_light)), f"{p50:.2f}",
-                       f"{percentile(report_to_light, 99):.2f}",
-                       f"p50 ≤ {switch_ms:g} + 10", "yes" if p50 <= switch_ms + 10 else "NO")
-    detect = [r["ms"]["detected"] / (r["heartbeat_s"] * 1000) for r in rows
-              if r["kind"] == "host" and "detected" in r["ms"]]
-    if detect:
-        target.add_row("host lost → detected, heartbeat intervals", str(len(detect)),
-                       f"{percentile(detect, 50):.2f}", f"{percentile(detect, 99):.2f}",
-                       "≤ 1.5", "yes" if max(detect) <= 1.5 else "NO")
-    tables.append(target)
-    return tables
-
-
 def timeline_table(result: DrillResult) -> Table:
     """One recovery, stage by stage: when (after the failure) and how long each step took."""
     t = result.timeline
@@ -408,22 +262,3 @@ def timeline_table(result: DrillResult) -> Table:
         table.add_row("[dim]light at receivers (truth)[/]",
                       f"[dim]{(result.light_truth_ns - result.injected_ns) / 1e6:.2f}[/]", "")
     return table
-
-
-LOCAL_BROKER = "mqtt://127.0.0.1:1883"
-
-
-def local_broker() -> str | None:
-    """The MQTT broker on this machine, if one answers."""
-    return LOCAL_BROKER if broker_reachable(LOCAL_BROKER) is None else None
-
-
-def broker_reachable(url: str) -> str | None:
-    """None when an MQTT broker listens at ``url``; otherwise why not."""
-    import socket
-
-    try:
-        socket.create_connection(parse_url(url), timeout=2).close()
-    except (OSError, LabdError) as exc:
-        return str(exc)
-    return None

@@ -1,209 +1,115 @@
-"""``labd emulate``: the emulators for every ``emulate = true`` entry of a lab file."""
+"""The one emulated rig: a lab file's emulators (in this process, or in a ``labd emulate``
+process of their own), its emulated GPU hosts, and a daemon on them, started together and
+stopped together. ``labd run`` (for ``emulate = true`` entries), ``labd demo``,
+``labd measure --lab``, the drills, the benchmarks and the tests all start their labs here.
+
+    async with emulated_rig(load_lab("demo"), db="labd.sqlite") as rig:
+        rig.daemon.url, rig.backdoor, rig.report
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
 
-from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
-from emulators.physics.optics import EndpointSpec, FiberSpec
-from instruments.switch import parse_size
-from labd.agent.agent import Agent
-from labd.agent.backends import EmulatedBackend
-from labd.agent.jobs import emulated_job_command
-from labd.agent.nics import EmulatedNics
-from labd.errors import LabFileError
-from labd.lab.file import (
-    CalientTl1Entry,
-    HostEntry,
-    Instrument,
-    KeysightEntry,
-    Lab,
-    MeshEntry,
-    SwitchEntry,
-    Tl1Credentials,
-)
+import aiomqtt
 
-#: driver → (emulator kind, the emulator interface that driver talks to)
-EMULATION: dict[str, tuple[str, str]] = {
-    "polatis-scpi": ("polatis", "scpi"),
-    "polatis-tl1": ("polatis", "tl1"),
-    "calient-tl1": ("calient", "tl1"),
-    "qontrol-mesh": ("mesh", "serial"),
-    "keysight-n77xx": ("keysight", "scpi"),
-    "thorlabs-pm100": ("thorlabs", "scpi"),
-}
+from emulators.lab import EmulatedLab
+from labd.client.control import Backdoor, spawn_emulators
+from labd.daemon.core import Daemon, StartupReport
+from labd.emulation.drill import DrillService
+from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
+from labd.lab.file import Lab
+from labd.mqtt import parse_url
 
 
-def spec_for(entry: Instrument) -> EmulatorSpec:
-    kind, interface = EMULATION[entry.driver]
-    options: dict[str, Any] = {}
-    if isinstance(entry, Tl1Credentials):
-        options["users"] = {entry.user: entry.resolved_password()}
-    if isinstance(entry, CalientTl1Entry):
-        options["ports_per_slot"] = entry.ports_per_slot
-        if entry.size:
-            options["ports"] = int(entry.size)
-    elif isinstance(entry, MeshEntry):
-        options["ports"] = parse_size(entry.size)[0]
-        options["v_pi"] = entry.v_pi
-    elif isinstance(entry, KeysightEntry):
-        if entry.channels:
-            options["model"] = "N7745A" if entry.channels == 8 else "N7744A"
-    elif isinstance(entry, SwitchEntry) and entry.size:
-        options["size"] = entry.size
-    options.update(entry.emulator.options)
-    port = 0
-    if entry.address and entry.address.startswith("tcp://"):
-        port = urlsplit(entry.address).port or 0
-    default = "pty" if kind == "mesh" else "tcp"
-    serve = {interface: ServeSpec(port=port, serve=entry.emulator.serve or default)}
-    return EmulatorSpec(entry.id, kind, options, entry.emulator.timing(), serve)
+@dataclass
+class Rig:
+    """An emulated lab with the daemon on it."""
+
+    daemon: Daemon
+    backdoor: Backdoor
+    """The emulators' control endpoint: faults, timing, ground truth."""
+    hosts: list[EmulatedHost] = field(default_factory=list)
+    """The GPU hosts emulated in this process (none when the emulators run apart)."""
+    emulated: EmulatedLab | None = None
+    """The emulators, where they run in this process."""
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Where each emulated instrument listens."""
+
+    @property
+    def report(self) -> StartupReport:
+        return self.daemon.report
+
+    @property
+    def control_url(self) -> str:
+        return self.backdoor.url
 
 
-def emulated_lab(lab: Lab, *, control_port: int = 0) -> tuple[EmulatedLab, list[Instrument]]:
-    """The emulated lab for a lab file (not started) and the entries it plays."""
-    entries = [e for e in lab.instrument if e.emulate]
-    specs = []
-    problems = []
-    for index, entry in enumerate(lab.instrument):
-        if not entry.emulate:
-            continue
-        try:
-            spec = spec_for(entry)
-            build_device(spec)  # validates the emulator options before anything listens
-            specs.append(spec)
-        except (ValueError, TypeError) as exc:
-            where = str(exc) if str(exc).startswith("field ") else f"field 'emulator': {exc}"
-            problems.append(f"{lab.source}: [[instrument]] #{index + 1} (id {entry.id!r}), "
-                            f"{where}")
-    if problems:
-        raise LabFileError(lab.source, problems)
-    return EmulatedLab(specs, control_port=control_port, optics=optics_of(lab)), entries
+@contextlib.asynccontextmanager
+async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
+                       host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                       restore: bool = True, light_window_s: float | None = None,
+                       apart: bool = False, hosts: bool = True, tidy: bool = True
+                       ) -> AsyncIterator[Rig]:
+    """Start the lab's emulators, a daemon on them, then its emulated GPU hosts; on leaving,
+    stop them all (and clear the retained MQTT status the hosts and the daemon leave).
 
-
-def optics_of(lab: Lab) -> OpticsSpec | None:
-    """The lab's wiring for the optical model; None when it declares no fibres."""
-    if not lab.fiber:
-        return None
-    return OpticsSpec(
-        [EndpointSpec(e.id, e.launch_dbm, e.wavelength_nm) for e in lab.endpoint],
-        [FiberSpec(f.src, f.dst, f.loss_db, f.tap, f.tap_ratio) for f in lab.fiber],
-        threshold_dbm=lab.lab.light_threshold_dbm)
-
-
-def endpoint_of(lab: EmulatedLab, entry: Instrument) -> str:
-    return lab.endpoints[entry.id][EMULATION[entry.driver][1]]
-
-
-def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
-                   target: Path) -> None:
-    """A copy of the lab file whose emulated entries point at the running emulators."""
-    import tomllib
-
-    import tomli_w
-
-    data = tomllib.loads(Path(lab.source).read_text(encoding="utf-8"))
-    by_id = {e.id: e for e in entries}
-    for item in data.get("instrument", []):
-        entry = by_id.get(item.get("id"))
-        if entry is not None:
-            item["address"] = endpoint_of(emulated, entry)
-            item["emulate"] = False
-    target.write_text(tomli_w.dumps(data), encoding="utf-8")
-
-
-class EmulatedHost:
-    """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
-
-    def __init__(self, lab: Lab, host: HostEntry, mqtt: str | None,
-                 light_dbm: Callable[[str], float] | None,
-                 daemon: tuple[str, str] | None = None) -> None:
-        self.id = host.id
-        self.backend = EmulatedBackend(count=host.gpus)
-        # NIC links follow the light the optical model delivers to the host's endpoints.
-        self.nics = EmulatedNics(host.nics, light_dbm,
-                                 threshold_dbm=lab.lab.light_threshold_dbm,
-                                 link_up_s=host.link_up_ms / 1000) if light_dbm else None
-        # Every job of the lab runs the emulated trainer here.
-        jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
-                for job in lab.job}
-        self.agent = Agent(lab=lab.lab.name, host=host.id, backend=self.backend,
-                           mqtt=mqtt, daemon=daemon[0] if daemon else None,
-                           token=daemon[1] if daemon else None,
-                           interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics,
-                           jobs=jobs)
-        self.killed_at: int | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.alive = False
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self.agent.run(), name=f"host-{self.id}")
-        self.alive = True
-
-    def fail(self, gpu: int, signal: str) -> int:
-        """Inject a GPU failure; returns when (CLOCK_MONOTONIC ns)."""
-        return self.backend.fail(gpu, signal)  # ValueError names what is wrong
-
-    def heal(self, gpu: int | None) -> None:
-        self.backend.heal(gpu)
-
-    async def kill(self) -> int:
-        """The host dies mid-stride: its reports just stop, its job's processes die.
-        Returns when (CLOCK_MONOTONIC ns)."""
-        self.backend.freeze(True)
-        if self.nics is not None:
-            self.nics.dead = True
-        self.agent.jobs.kill_all()
-        self.alive = False
-        self.killed_at = time.monotonic_ns()
-        return self.killed_at
-
-    def revive(self) -> None:
-        """The host is back (rebooted): healthy GPUs, reporting again, no job running."""
-        self.backend.heal()
-        self.backend.freeze(False)
-        if self.nics is not None:
-            self.nics.dead = False
-        self.alive = True
-        self.killed_at = None
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-        await self.agent.jobs.close()
-
-    def nic_down(self, nic: str, down: bool) -> None:
-        if self.nics is None or nic not in self.nics.endpoints:
-            raise ValueError(f"host {self.id} has no emulated NIC {nic!r}")
-        if down:
-            self.nics.down.add(nic)
+    Hosts (unless ``hosts`` is false) report to ``mqtt``, or without one to the daemon over
+    HTTP. With ``apart`` the emulators run in a ``labd emulate`` process of their own, as
+    hardware would: the daemon's timings are then not shared with the devices' work on one
+    event loop (the hosts too run there, and only with a broker). Failover drills through
+    the API (``POST /v1/drills/failover``) are offered wherever the lab has emulated hosts.
+    Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
+    retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
+    daemon's last word (``offline``) is for the lab's subscribers.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        emulated: EmulatedLab | None = None
+        if apart:
+            process = await spawn_emulators(lab.source, mqtt=mqtt if hosts else None)
+            stack.push_async_callback(process.stop)
+            addresses, control = dict(process.endpoints), process.control
         else:
-            self.nics.down.discard(nic)
+            emulated, entries = emulated_lab(lab)
+            await stack.enter_async_context(emulated)
+            addresses = {e.id: endpoint_of(emulated, e) for e in entries}
+            control = emulated.control_url
+        backdoor = Backdoor(control)
+        stack.push_async_callback(backdoor.close)
+        if mqtt is not None and tidy:  # after the daemon has said its last word
+            stack.push_async_callback(clear_retained, lab.lab.name,
+                                      [h.id for h in lab.host], mqtt)
+        daemon = await stack.enter_async_context(Daemon(
+            lab, db=db, addresses=addresses, host=host, port=port, token=token,
+            restore=restore, light_window_s=light_window_s, mqtt=mqtt))
+        rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated)
+        played = hosts and any(h.emulate for h in lab.host)
+        if emulated is not None and played:
+            # Agents with emulated GPUs, once the daemon listens (without a broker they
+            # report to its API).
+            rig.hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
+            if rig.hosts and daemon.bus is not None:
+                # Their first messages should find the daemon listening; a broker that
+                # is not there yet is the bridge's to retry.
+                with contextlib.suppress(TimeoutError):
+                    await daemon.bus.wait_sessions(1, timeout=10)
+            for emulated_host in rig.hosts:
+                stack.push_async_callback(emulated_host.stop)
+                emulated_host.start()
+                emulated.hosts[emulated_host.id] = emulated_host
+        if rig.hosts or (played and apart and mqtt is not None):
+            drills = DrillService(rig)
+            daemon.drills = drills
+            stack.push_async_callback(drills.close)
+        yield rig
 
-    def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "alive": self.alive, "gpus": self.backend.count,
-                "failures": {str(k): v for k, v in self.backend.failures.items()},
-                "heartbeats": self.agent.beats, "links": dict(self.agent.links),
-                "killed_at_ns": self.killed_at,
-                "failed_at_ns": {str(k): v for k, v in self.backend.failed_at.items()}}
 
-
-def emulated_hosts(lab: Lab, mqtt: str | None, emulated: EmulatedLab | None = None, *,
-                   daemon: tuple[str, str] | None = None) -> list[EmulatedHost]:
-    """The lab's ``emulate = true`` hosts. They report to a broker, or, where the lab has
-    none, to the daemon over HTTP (``daemon``: its URL and token)."""
-    wanted = [h for h in lab.host if h.emulate]
-    if wanted and not mqtt and not daemon:
-        raise LabFileError(lab.source, [
-            f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
-            "emulate = true: their agents need a broker; give --mqtt URL"])
-    light = emulated.power_now if emulated is not None and emulated.optics else None
-    return [EmulatedHost(lab, h, mqtt, light, None if mqtt else daemon) for h in wanted]
+async def clear_retained(lab: str, hosts: Iterable[str], mqtt: str) -> None:
+    """Clear the retained status topics a run leaves on the broker (hosts' and daemon's)."""
+    with contextlib.suppress(aiomqtt.MqttError):
+        async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
+            for host in hosts:
+                await cleaner.publish(f"labd/{lab}/hosts/{host}/status", b"", retain=True)
+            await cleaner.publish(f"labd/{lab}/daemon", b"", retain=True)

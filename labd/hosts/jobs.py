@@ -22,7 +22,6 @@ left failed is not reported again; returning a spare to the pool retries it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -132,10 +131,6 @@ class JobManager:
         self.jobs = {j.id: JobState(j, list(j.members), list(j.spares)) for j in lab.job}
         self._changed = asyncio.Event()
         """Set (and replaced) whenever a host reports something a recovery may wait for."""
-        self._tasks: list[asyncio.Task[None]] = []
-        # Failures reach recovery by a direct call from the monitor, not through the
-        # observers' bounded event stream: a stream that overflows loses no failure.
-        hosts.listen(self)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -177,18 +172,12 @@ class JobManager:
             session.merge(pool)
         return work
 
-    def start(self) -> None:
-        for state in self.jobs.values():
-            self._tasks.append(asyncio.create_task(self._worker(state),
-                                                   name=f"labd-recovery-{state.entry.id}"))
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+    async def run(self) -> None:
+        """Each job's recovery worker, until cancelled (the daemon runs it among its
+        background loops)."""
+        async with asyncio.TaskGroup() as workers:
+            for state in self.jobs.values():
+                workers.create_task(self._worker(state), name=f"labd-recovery-{state.entry.id}")
 
     def job(self, job_id: str) -> JobState:
         try:

@@ -6,7 +6,6 @@ heartbeats stop for 1.5 intervals; a GPU whose verdict turns ``failed`` is a fai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -68,7 +67,6 @@ class HostMonitor:
         self.hub = hub
         self._listeners: list[HostListener] = []
         self.hosts = {h: HostState(h) for h in hosts}
-        self._watchdog: asyncio.Task[None] | None = None
 
     def listen(self, listener: HostListener) -> None:
         """Call ``listener.host_event`` with every host event from now on."""
@@ -79,14 +77,10 @@ class HostMonitor:
         for listener in self._listeners:
             listener.host_event(event)
 
-    def start(self) -> None:
-        self._watchdog = asyncio.create_task(self._watch(), name="labd-host-watchdog")
-
-    async def stop(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+    async def run(self) -> None:
+        """Declare hosts lost when their heartbeats stop, until cancelled (the daemon runs
+        it among its background loops)."""
+        await self._watch()
 
     def handle(self, host: str, kind: str, payload: bytes) -> str | None:
         """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is

@@ -70,30 +70,21 @@ async def open_target(*, lab: str | None, url: str, token: str | None,
             if backdoor is not None:
                 await backdoor.close()
         return
-    from labd.client.control import spawn_emulators
-    from labd.daemon.core import Daemon
+    from labd.emulation.rig import emulated_rig
 
     loaded = load_lab(lab)
     # The emulators in a process of their own (as the hardware would be): the daemon's
     # numbers are then not shared with the devices' own work on one event loop.
-    emulators = await spawn_emulators(loaded.source)
-    backdoor = Backdoor(emulators.control)
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            daemon = Daemon(loaded, db=str(Path(scratch) / "measure.sqlite"), port=0,
-                            token="measure", addresses=emulators.endpoints)
-            await daemon.start()
-            client = DaemonClient(daemon.url, "measure")
+    with tempfile.TemporaryDirectory() as scratch:
+        async with emulated_rig(loaded, db=str(Path(scratch) / "measure.sqlite"),
+                                token="measure", apart=True, hosts=False) as rig:
+            client = DaemonClient(rig.daemon.url, "measure")
             try:
                 yield Target(loaded.lab.name, file_sha256(loaded.source),
                              f"lab {loaded.source} (emulated)", client=client,
-                             backdoor=backdoor)
+                             backdoor=rig.backdoor)
             finally:
                 await client.close()
-                await daemon.stop()
-    finally:
-        await backdoor.close()
-        await emulators.stop()
 
 
 def slim(row: dict[str, Any]) -> dict[str, Any]:

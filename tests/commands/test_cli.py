@@ -132,3 +132,48 @@ async def test_agent_and_run_refuse_a_bad_broker_address() -> None:
     code, _, err = await run("agent", "--host", "a", "--lab", "l", "--mqtt", "mqtt://h",
                              "--job", "ring4")
     assert code == 2 and "expected JOB=COMMAND" in err and "Traceback" not in err
+
+
+async def imported(statement: str) -> set[str]:
+    """The modules a fresh interpreter loads for ``statement`` (from -X importtime)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-X", "importtime", "-c", statement,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return {line.rsplit("|", 1)[-1].strip() for line in err.decode().splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
+HEAVY = ("sqlalchemy", "fastapi", "uvicorn", "textual", "instruments", "emulators", "tui")
+
+
+def heavy(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in HEAVY}
+
+
+async def test_the_agent_command_loads_none_of_the_daemon() -> None:
+    modules = await imported("import labd.agent.cli")
+    assert "labd.agent.cli" in modules
+    assert not heavy(modules)
+    assert not {m for m in modules if m.startswith(("labd.daemon", "labd.commands"))}
+
+
+async def test_the_command_loads_what_a_command_needs_only_when_it_runs() -> None:
+    modules = await imported("import labd.commands.main")
+    assert "labd.commands.measure" in modules
+    assert not heavy(modules)
+    assert not {m for m in modules if m.startswith(("labd.daemon", "labd.lab"))}
+
+
+async def test_the_agent_runs_alone() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd.agent", "--host", "a", "--lab", "l",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2 and "give one of --mqtt URL" in err.decode()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd.agent", "--help",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0 and "--host" in out.decode() and "--nic" in out.decode()

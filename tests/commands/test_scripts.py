@@ -7,21 +7,10 @@ from types import ModuleType
 
 import pytest
 
-from labd.emulation.drill import emulated_rig
-from labd.lab.file import load_lab
-from tests.broker import unique_lab
+from tests.labs import switch
+from tests.rigs import StartRig
 
 SCRIPTS = Path(__file__).parents[2] / "scripts"
-LAB = """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "16x16"
-[instrument.emulator]
-switch_time_ms = 2
-jitter_ms = 0
-"""
 
 
 def script(name: str) -> ModuleType:
@@ -33,10 +22,8 @@ def script(name: str) -> ModuleType:
 
 
 async def test_the_example_scripts_run_their_sweeps(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _, path = unique_lab(tmp_path, "scripts", LAB)
-    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=None,
-                            token="t") as rig:
+        start_rig: StartRig, capsys: pytest.CaptureFixture[str]) -> None:
+    async with start_rig("scripts", switch(size="16x16", switch_ms=2), token="t") as rig:
         device = await script("sweep_batch").main(rig.daemon.url, "ocs1", 4, token="t")
         assert [d["k"] for d in device] == [1, 2, 4, 8] and all(d["n"] == 4 for d in device)
         assert all(d["p50"] >= 2.0 for d in device)  # the 2 ms switch model

@@ -3,42 +3,29 @@ commands, and bad command payloads."""
 
 import asyncio
 import json
-from pathlib import Path
 
 import aiomqtt
 import httpx
 
-from labd.daemon.core import Daemon
-from labd.emulation.drill import clear_retained
-from labd.emulation.rig import emulated_lab, endpoint_of
-from labd.lab.file import load_lab
-from tests.broker import BROKER, MQTT, next_message, require_broker, unique_lab
+from labd.emulation.rig import clear_retained
+from tests.broker import BROKER, MQTT, next_message, require_broker
+from tests.labs import switch, unique_name
+from tests.rigs import StartRig
 
 TOKEN = "bus-token"
 
 
-async def test_events_state_liveness_and_commands(tmp_path: Path) -> None:
+async def test_events_state_liveness_and_commands(start_rig: StartRig) -> None:
     require_broker()
-    name, path = unique_lab(tmp_path, "bus", """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-technology = "ideal"
-""")
-    lab = load_lab(path)
+    name = unique_name("bus")  # known before the daemon starts, to watch it say online
     prefix = f"labd/{name}"
-    emulated, entries = emulated_lab(lab)
-    async with emulated, aiomqtt.Client(*BROKER) as watcher:
+    async with aiomqtt.Client(*BROKER) as watcher:
         await watcher.subscribe(f"{prefix}/#")
         messages = watcher.messages
-        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
-                        mqtt="mqtt://127.0.0.1:1883")
-        await daemon.start()
-        try:
+        async with start_rig("bus", switch(technology="ideal"), name=name, mqtt=MQTT,
+                             token=TOKEN) as rig:
+            daemon, emulated = rig.daemon, rig.emulated
+            assert emulated is not None
             assert (await next_message(messages, f"{prefix}/daemon")).payload == b"online"
             assert daemon.bus is not None
             await asyncio.wait_for(daemon.bus.connected.wait(), 10)
@@ -76,8 +63,6 @@ technology = "ideal"
                                               "connect": [[2, 10]]}).encode())
             assert reply["request_id"] == 7 and reply["outcome"] == "ok"
             assert emulated.device("ocs1").model.connections == {1: 9, 2: 10}  # type: ignore[attr-defined]
-        finally:
-            await daemon.stop()
         assert (await next_message(messages, f"{prefix}/daemon")).payload == b"offline"
         # Leave no retained messages behind on the shared broker.
         for topic in (f"{prefix}/daemon", f"{prefix}/state/switches/ocs1",
@@ -124,21 +109,20 @@ class CuttableProxy:
         self.server.close()
 
 
-async def test_the_bridge_reconnects_by_itself(tmp_path: Path) -> None:
+async def test_the_bridge_reconnects_by_itself(start_rig: StartRig) -> None:
     require_broker()
-    _, path = unique_lab(tmp_path, "bus")
+    name = unique_name("bus")
     proxy = CuttableProxy()
     port = await proxy.start()
-    daemon = Daemon(load_lab(path), db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
-                    mqtt=f"mqtt://127.0.0.1:{port}")
-    await daemon.start()
     try:
-        assert daemon.bus is not None
-        await daemon.bus.wait_sessions(1, timeout=10)
-        proxy.cut()  # the broker goes away under the bridge (a restart, a pulled cable)
-        await daemon.bus.wait_sessions(2, timeout=15)  # and it is back, by itself
-        assert daemon.bus.connected.is_set()
+        async with start_rig("bus", name=name, mqtt=f"mqtt://127.0.0.1:{port}",
+                             token=TOKEN) as rig:
+            daemon = rig.daemon
+            assert daemon.bus is not None
+            await daemon.bus.wait_sessions(1, timeout=10)
+            proxy.cut()  # the broker goes away under the bridge (a restart, a pulled cable)
+            await daemon.bus.wait_sessions(2, timeout=15)  # and it is back, by itself
+            assert daemon.bus.connected.is_set()
     finally:
-        await daemon.stop()
         await proxy.stop()
-        await clear_retained(daemon.lab.lab.name, [], MQTT)
+        await clear_retained(name, [], MQTT)

@@ -6,6 +6,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,62 +16,21 @@ import websockets
 from emulators.lab import EmulatedLab
 from instruments.errors import InstrumentError
 from labd.daemon.core import Daemon
-from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.lab.file import Lab, load_lab
+from tests.labs import endpoint, fiber, host, instrument, job, meter, metered, switch, write_lab
+from tests.rigs import StartRig
 
 
-def metered(src: str, dst: str, ingress: int, egress: int, channel: int) -> str:
-    """A path through ocs1 from ``src`` to ``dst``, its receiving fibre tapped to pm1."""
-    return f"""
-[[endpoint]]
-id = "{src}"
-launch_dbm = 0
-[[endpoint]]
-id = "{dst}"
-[[fiber]]
-from = "{src}"
-to = "ocs1:{ingress}"
-[[fiber]]
-from = "ocs1:{egress}"
-to = "{dst}"
-tap = "pm1:{channel}"
-tap_ratio = 0.1
-"""
+def ocs1_with(**fields: Any) -> str:
+    """The bench's Polatis (8 ± 1 ms), with ``fields`` besides."""
+    return switch(switch_ms=8, jitter_ms=1, **fields)
 
 
-INSTRUMENTS = """
-[lab]
-name = "bench"
-
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-switch_time_ms = 8
-jitter_ms = 1
-
-[[instrument]]
-id = "ocs2"
-driver = "calient-tl1"
-emulate = true
-size = "16"
-user = "admin"
-password = "pw"
-[instrument.emulator]
-switch_time_ms = 12
-jitter_ms = 1
-
-[[instrument]]
-id = "pm1"
-driver = "keysight-n77xx"
-emulate = true
-[instrument.emulator]
-options = { noise_db = 0.0 }
-
-"""
-LAB = INSTRUMENTS + metered("a", "b", 1, 9, 1)
+OCS2 = switch("ocs2", driver="calient-tl1", size="16", user="admin", password="pw",
+              switch_ms=12, jitter_ms=1)
+PM1 = meter(emulator={"options": {"noise_db": 0.0}})
+LAB = (ocs1_with(), OCS2, PM1, metered("a", "b", 1, 9, 1))
 TOKEN = "test-token"
 Running = tuple[Daemon, EmulatedLab]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -78,37 +38,29 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Lab:
-    path = tmp_path / "lab.toml"
-    path.write_text(LAB)
-    return load_lab(path)
+    """The bench's lab, for a test that starts daemons on it itself."""
+    return load_lab(write_lab(tmp_path, "bench", *LAB)[1])
 
 
 @contextlib.asynccontextmanager
-async def daemon_on(lab: Lab, tmp_path: Path, light_window_s: float | None = 0.05
+async def daemon_on(start_rig: StartRig, *parts: str, light_window_s: float | None = 0.05
                     ) -> AsyncIterator[Running]:
-    """A daemon on ``lab`` in emulation; ``light_window_s`` None: the lab file's windows."""
-    emulated, entries = emulated_lab(lab)
-    async with emulated:
-        daemon = Daemon(lab, db=str(tmp_path / "store.sqlite"), port=0, token=TOKEN,
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
-                        light_window_s=light_window_s)
-        await daemon.start()
-        try:
-            yield daemon, emulated
-        finally:
-            await daemon.stop()
+    """A daemon on a lab of ``parts`` in emulation; ``light_window_s`` None: the lab file's
+    windows."""
+    async with start_rig("bench", *parts, token=TOKEN, light_window_s=light_window_s) as rig:
+        assert rig.emulated is not None
+        yield rig.daemon, rig.emulated
 
 
 @pytest.fixture
-async def running(lab: Lab, tmp_path: Path) -> AsyncIterator[Running]:
-    async with daemon_on(lab, tmp_path) as both:
+async def running(start_rig: StartRig) -> AsyncIterator[Running]:
+    async with daemon_on(start_rig, *LAB) as both:
         yield both
 
 
-async def test_each_switch_is_verified_over_its_own_light_window(tmp_path: Path) -> None:
-    path = tmp_path / "lab.toml"
-    path.write_text(LAB.replace('size = "8x8"', 'size = "8x8"\nlight_window_ms = 30', 1))
-    async with daemon_on(load_lab(path), tmp_path, light_window_s=None) as (daemon, _), \
+async def test_each_switch_is_verified_over_its_own_light_window(start_rig: StartRig) -> None:
+    async with daemon_on(start_rig, ocs1_with(light_window_ms=30), *LAB[1:],
+                         light_window_s=None) as (daemon, _), \
             httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
         ocs1, ocs2 = [(await http.get(f"/v1/switches/{s}")).json() for s in ("ocs1", "ocs2")]
         assert (ocs1["light_window_ms"], ocs1["metered_paths"]) == (30, 1)
@@ -227,24 +179,19 @@ async def test_restart_restores_the_intended_state(lab: Lab, tmp_path: Path) -> 
     async with emulated:
         addresses = {e.id: endpoint_of(emulated, e) for e in entries}
         db = str(tmp_path / "store.sqlite")
-        daemon = Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses)
-        await daemon.start()
-        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+        async with Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses) as daemon, \
+                httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
             await http.post("/v1/switches/ocs1/connections",
                             json={"pairs": [[2, 10], [3, 11]], "verify_light": False})
-        await daemon.stop()
         emulated.reset("ocs1")  # the switch lost its circuits while labd was down
-        again = Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses)
-        report = await again.start()
-        try:
+        async with Daemon(lab, db=db, port=0, token=TOKEN, addresses=addresses) as again:
+            report = again.report
             assert report.drift["ocs1"].missing == {2: 10, 3: 11}
             assert report.restored == ["ocs1"]
             assert emulated.device("ocs1").model.connections == {2: 10, 3: 11}  # type: ignore[attr-defined]
             rows = await again.store.read(lambda s: s.execute(
                 sqlalchemy.text("select cause from reconfigurations")).all())
             assert [r[0] for r in rows] == ["api", "restore"]
-        finally:
-            await again.stop()
 
 
 async def test_an_offline_switch_is_a_clear_503(running: Running) -> None:
@@ -262,157 +209,79 @@ async def test_an_offline_switch_is_a_clear_503(running: Running) -> None:
         assert instruments["ocs1"]["last_error"]
 
 
-TWO_HOPS = """
-[lab]
-name = "hops"
-
-[[instrument]]
-id = "leaf"
-driver = "polatis-scpi"
-emulate = true
-size = "4x4"
-[instrument.emulator]
-technology = "ideal"
-
-[[instrument]]
-id = "spine"
-driver = "calient-tl1"
-emulate = true
-size = "8"
-user = "u"
-password = "p"
-[instrument.emulator]
-technology = "ideal"
-
-[[endpoint]]
-id = "g0"
-launch_dbm = 0
-[[endpoint]]
-id = "g1"
-launch_dbm = 0
-[[endpoint]]
-id = "g2"
-launch_dbm = 0
-
-[[host]]
-id = "h0"
-nics = ["g0", "g1"]
-
-[[job]]
-id = "ring3"
-topology = "ring"
-members = ["g0", "g1", "g2"]
-
-# every NIC sends into the leaf; the leaf's egress 5-7 go up to the spine's ports 1-3;
-# the spine's ports 4-6 come down to the NICs.
-[[fiber]]
-from = "g0"
-to = "leaf:1"
-[[fiber]]
-from = "g1"
-to = "leaf:2"
-[[fiber]]
-from = "g2"
-to = "leaf:3"
-[[fiber]]
-from = "leaf:5"
-to = "spine:1"
-[[fiber]]
-from = "leaf:6"
-to = "spine:2"
-[[fiber]]
-from = "leaf:7"
-to = "spine:3"
-[[fiber]]
-from = "spine:4"
-to = "g0"
-[[fiber]]
-from = "spine:5"
-to = "g1"
-[[fiber]]
-from = "spine:6"
-to = "g2"
-"""
+#: Every NIC sends into the leaf; the leaf's egress 5-7 go up to the spine's ports 1-3; the
+#: spine's ports 4-6 come down to the NICs. h0 (a host of real agents) is no endpoint.
+TWO_HOPS = (
+    switch("leaf", size="4x4", technology="ideal"),
+    switch("spine", driver="calient-tl1", size="8", user="u", password="p",
+           technology="ideal"),
+    *(endpoint(g, launch_dbm=0) for g in ("g0", "g1", "g2")),
+    host("h0", nics=["g0", "g1"], emulate=False),
+    job("ring3", ["g0", "g1", "g2"]),
+    *(fiber(f"g{i}", f"leaf:{i + 1}") for i in range(3)),
+    *(fiber(f"leaf:{i + 5}", f"spine:{i + 1}") for i in range(3)),
+    *(fiber(f"spine:{i + 4}", f"g{i}") for i in range(3)),
+)
 
 
-async def test_circuits_and_jobs_over_two_switches(tmp_path: Path) -> None:
-    path = tmp_path / "hops.toml"
-    path.write_text(TWO_HOPS)
-    lab = load_lab(path)
-    emulated, entries = emulated_lab(lab)
-    async with emulated:
-        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
-        await daemon.start()
-        try:
-            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
-                r = await http.post("/v1/circuits", json={"from": "g0", "to": "g1"})
-                assert r.status_code == 200, r.text
-                hops = r.json()["route"]["hops"]
-                assert [h["switch"] for h in hops] == ["leaf", "spine"]
-                # g0 -> leaf:1 -> leaf:5 -> spine:1 -> spine:5 -> g1
-                assert (hops[0]["ingress"], hops[1]["egress"]) == (1, 5)
-                r = await http.post("/v1/jobs/ring3/circuits")
-                assert r.status_code == 409, r.text  # g0's only way out is taken
-                assert "crosses ports already in circuits (e.g. leaf:1" in r.text
-                r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
-                assert r.status_code == 200, r.text
-                assert [(h["switch"], h["ingress"]) for h in r.json()["route"]["hops"]] == [
-                    ("leaf", 1), ("spine", 1)]
-                assert daemon.engine.intended == {"leaf": {}, "spine": {}}
-                r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
-                assert r.status_code == 404 and "no circuit from 'g0' to 'g1'" in r.text
-                r = await http.post("/v1/jobs/ring3/circuits")
-                assert r.status_code == 200, r.text
-                links = [(x["from"], x["to"]) for x in r.json()["routes"]]
-                assert links == [("g0", "g1"), ("g1", "g2"), ("g2", "g0")]
-                jobs = (await http.get("/v1/jobs")).json()
-                assert jobs[0]["links"] == [["g0", "g1"], ["g1", "g2"], ["g2", "g0"]]
-                r = await http.post("/v1/jobs/nope/circuits")
-                assert r.status_code == 404 and "no job 'nope'" in r.text
-                r = await http.post("/v1/circuits", json={"from": "g0", "to": "h0"})
-                assert r.status_code == 404 and "no path from 'g0' to 'h0'" in r.text
-            leaf = emulated.device("leaf").model.connections  # type: ignore[attr-defined]
-            spine = emulated.device("spine").model.connections  # type: ignore[attr-defined]
-            assert len(leaf) == 3 and len(spine) == 3
-        finally:
-            await daemon.stop()
+async def test_circuits_and_jobs_over_two_switches(start_rig: StartRig) -> None:
+    async with start_rig("hops", *TWO_HOPS, token=TOKEN) as rig:
+        daemon, emulated = rig.daemon, rig.emulated
+        assert emulated is not None
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+            r = await http.post("/v1/circuits", json={"from": "g0", "to": "g1"})
+            assert r.status_code == 200, r.text
+            hops = r.json()["route"]["hops"]
+            assert [h["switch"] for h in hops] == ["leaf", "spine"]
+            # g0 -> leaf:1 -> leaf:5 -> spine:1 -> spine:5 -> g1
+            assert (hops[0]["ingress"], hops[1]["egress"]) == (1, 5)
+            r = await http.post("/v1/jobs/ring3/circuits")
+            assert r.status_code == 409, r.text  # g0's only way out is taken
+            assert "crosses ports already in circuits (e.g. leaf:1" in r.text
+            r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
+            assert r.status_code == 200, r.text
+            assert [(h["switch"], h["ingress"]) for h in r.json()["route"]["hops"]] == [
+                ("leaf", 1), ("spine", 1)]
+            assert daemon.engine.intended == {"leaf": {}, "spine": {}}
+            r = await http.post("/v1/circuits/disconnect", json={"from": "g0", "to": "g1"})
+            assert r.status_code == 404 and "no circuit from 'g0' to 'g1'" in r.text
+            r = await http.post("/v1/jobs/ring3/circuits")
+            assert r.status_code == 200, r.text
+            links = [(x["from"], x["to"]) for x in r.json()["routes"]]
+            assert links == [("g0", "g1"), ("g1", "g2"), ("g2", "g0")]
+            jobs = (await http.get("/v1/jobs")).json()
+            assert jobs[0]["links"] == [["g0", "g1"], ["g1", "g2"], ["g2", "g0"]]
+            r = await http.post("/v1/jobs/nope/circuits")
+            assert r.status_code == 404 and "no job 'nope'" in r.text
+            r = await http.post("/v1/circuits", json={"from": "g0", "to": "h0"})
+            assert r.status_code == 404 and "no path from 'g0' to 'h0'" in r.text
+        leaf = emulated.device("leaf").model.connections  # type: ignore[attr-defined]
+        spine = emulated.device("spine").model.connections  # type: ignore[attr-defined]
+        assert len(leaf) == 3 and len(spine) == 3
 
 
-async def test_startup_report_names_every_instrument_that_failed(tmp_path: Path) -> None:
-    path = tmp_path / "lab.toml"
-    path.write_text(LAB + """
-[[instrument]]
-id = "gone"
-driver = "polatis-scpi"
-address = "tcp://127.0.0.1:1"
-
-[[instrument]]
-id = "nodev"
-driver = "thorlabs-pm100"
-address = "serial:///dev/does-not-exist"
-""")
-    lab = load_lab(path)
-    emulated, entries = emulated_lab(lab)
-    async with emulated:
-        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token=TOKEN,
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries})
-        report = await daemon.start()
-        try:
-            assert set(report.connected) == {"ocs1", "ocs2", "pm1"}
-            assert set(report.failed) == {"gone", "nodev"}
-            assert "cannot connect to tcp://127.0.0.1:1" in report.failed["gone"]
-            assert "/dev/does-not-exist" in report.failed["nodev"]
-            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
-                states = {i["id"]: i for i in (await http.get("/v1/instruments")).json()}
-                assert states["gone"]["state"] in ("backoff", "connecting")
-                assert states["ocs1"]["state"] == "online"
-                r = await http.post("/v1/switches/gone/connections", json={"pairs": [[1, 17]]})
-                assert r.status_code == 503 and "gone is" in r.json()["detail"]
-                r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
-                assert r.status_code == 200  # the rest of the lab works
-        finally:
-            await daemon.stop()
+async def test_startup_report_names_every_instrument_that_failed(
+        start_rig: StartRig) -> None:
+    async with start_rig(
+            "bench", *LAB,
+            instrument("gone", "polatis-scpi", emulate=False, address="tcp://127.0.0.1:1"),
+            instrument("nodev", "thorlabs-pm100", emulate=False,
+                       address="serial:///dev/does-not-exist"),
+            token=TOKEN) as rig:
+        daemon = rig.daemon
+        report = daemon.report
+        assert set(report.connected) == {"ocs1", "ocs2", "pm1"}
+        assert set(report.failed) == {"gone", "nodev"}
+        assert "cannot connect to tcp://127.0.0.1:1" in report.failed["gone"]
+        assert "/dev/does-not-exist" in report.failed["nodev"]
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+            states = {i["id"]: i for i in (await http.get("/v1/instruments")).json()}
+            assert states["gone"]["state"] in ("backoff", "connecting")
+            assert states["ocs1"]["state"] == "online"
+            r = await http.post("/v1/switches/gone/connections", json={"pairs": [[1, 17]]})
+            assert r.status_code == 503 and "gone is" in r.json()["detail"]
+            r = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+            assert r.status_code == 200  # the rest of the lab works
 
 
 async def test_a_failed_request_is_recorded_and_the_state_reported(running: Running) -> None:
@@ -447,14 +316,12 @@ async def test_api_connections_send_small_writes_at_once(running: Running) -> No
 
 
 async def test_a_change_on_several_metered_paths_is_watched_from_one_moment(
-        tmp_path: Path) -> None:
+        start_rig: StartRig) -> None:
     """Every channel a change lights is logged from the same start, armed in one exchange
     with the meter: armed one after another, the first windows could end before the change
     was even sent."""
-    path = tmp_path / "lab.toml"
-    path.write_text(INSTRUMENTS + "".join(metered(f"a{i}", f"b{i}", i, i + 8, i)
-                                          for i in (1, 2, 3)))
-    async with daemon_on(load_lab(path), tmp_path) as (daemon, _), httpx.AsyncClient(
+    paths = [metered(f"a{i}", f"b{i}", i, i + 8, i) for i in (1, 2, 3)]
+    async with daemon_on(start_rig, *LAB[:3], *paths) as (daemon, _), httpx.AsyncClient(
             base_url=daemon.url, headers=AUTH) as http:
         r = await http.post("/v1/switches/ocs1/connections",
                             json={"pairs": [[1, 9], [2, 10], [3, 11]]})

@@ -14,21 +14,9 @@ import httpx
 import sqlalchemy
 import websockets
 
-from tests.broker import require_broker, unique_lab
+from tests import labs
+from tests.broker import require_broker
 
-LAB = """
-[lab]
-name = "killme"
-
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "16x16"
-[instrument.emulator]
-switch_time_ms = 3
-jitter_ms = 0.5
-"""
 TOKEN = "kill-test"
 
 
@@ -51,8 +39,8 @@ async def wait_http(url: str) -> None:
 
 
 async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> None:
-    lab_file = tmp_path / "lab.toml"
-    lab_file.write_text(LAB)
+    _, lab_file = labs.write_lab(tmp_path, "killme",
+                                 labs.switch(size="16x16", switch_ms=3, jitter_ms=0.5))
     resolved = tmp_path / "resolved.toml"
     emulator = await start("emulate", str(lab_file), "--resolved", str(resolved))
     assert emulator.stdout is not None
@@ -130,21 +118,8 @@ async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Pa
     Mosquitto and SQLite; API requests reach the emulators; the record agrees with the
     ground truth; events arrive on the WebSocket and on MQTT."""
     require_broker()
-    name, lab_file = unique_lab(tmp_path, "hil", """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-switch_time_ms = 5
-jitter_ms = 1
-[[instrument]]
-id = "mesh1"
-driver = "qontrol-mesh"
-emulate = true
-size = "4x4"
-""")
+    name, lab_file = labs.write_lab(tmp_path, "hil", labs.switch(switch_ms=5, jitter_ms=1),
+                                    labs.instrument("mesh1", "qontrol-mesh", size="4x4"))
     resolved = tmp_path / "resolved.toml"
     emulator = await start("emulate", str(lab_file), "--resolved", str(resolved))
     assert emulator.stdout is not None

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from labd.emulation.rig import emulated_lab, endpoint_of
+from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.errors import LabFileError
 from labd.fabric.drivers import make_switch
 from labd.lab.file import load_lab

@@ -9,11 +9,13 @@ from pathlib import Path
 import httpx
 
 from labd.daemon.core import Daemon
-from labd.emulation.drill import clear_retained
-from labd.emulation.rig import emulated_hosts, emulated_lab, endpoint_of
+from labd.emulation.emulators import emulated_hosts
+from labd.emulation.rig import clear_retained
 from labd.events import Event
 from labd.lab.file import load_lab
-from tests.broker import MQTT, require_broker, unique_lab
+from tests.broker import MQTT, require_broker
+from tests.labs import endpoint, fiber, host, switch, write_lab
+from tests.rigs import StartRig
 
 
 async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ignore[no-untyped-def]
@@ -26,125 +28,76 @@ async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ign
 
 async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
     require_broker()
-    name, path = unique_lab(tmp_path, "eh", """
-[[endpoint]]
-id = "h0.nic0"
-[[endpoint]]
-id = "h1.nic0"
-[[host]]
-id = "h0"
-nics = ["h0.nic0"]
-gpus = 4
-emulate = true
-heartbeat_s = 0.2
-[[host]]
-id = "h1"
-nics = ["h1.nic0"]
-gpus = 2
-emulate = true
-heartbeat_s = 0.2
-""")
+    # A start-up of its own, not the rig's: the hosts are played by a `labd emulate` process
+    # started once the daemon listens, whose ready lines are checked.
+    name, path = write_lab(tmp_path, "eh", endpoint("h0.nic0"), endpoint("h1.nic0"),
+                           host("h0", gpus=4), host("h1", gpus=2))
     lab = load_lab(path)
-    daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
-                    mqtt="mqtt://127.0.0.1:1883")
-    await daemon.start()
-    _, sub = daemon.hub.subscribe()
-    assert daemon.bus is not None
-    await daemon.bus.wait_sessions(1, timeout=10)
-    emulator = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "labd", "emulate", str(path), "--mqtt", "mqtt://127.0.0.1:1883",
-        stdout=asyncio.subprocess.PIPE)
-    assert emulator.stdout is not None
     try:
-        lines = []
-        while not lines or "ready" not in lines[-1]:
-            lines.append(json.loads(await asyncio.wait_for(emulator.stdout.readline(), 30)))
-        assert [(x["id"], x["driver"]) for x in lines[:-1]] == [("h0", "agent"),
-                                                               ("h1", "agent")]
-        control = lines[-1]["control"]
-        seen = set()
-        while len(seen) < 6:  # every GPU announced healthy
-            event = await next_event(sub, "gpu.health")
-            seen.add((event.data["host"], event.data["gpu"]))
-        async with httpx.AsyncClient(base_url=control) as http:
-            r = await http.post("/v1/hosts/h0/fail", json={"gpu": 1, "signal": "ecc"})
-            assert r.status_code == 200 and r.json()["failures"] == {"1": "ecc"}
-            failed = await next_event(sub, "gpu.health")
-            assert (failed.data["host"], failed.data["gpu"], failed.data["health"]) == (
-                "h0", 1, "failed")
-            bad = await http.post("/v1/hosts/h0/fail", json={"gpu": 9, "signal": "ecc"})
-            assert bad.status_code == 422 and "GPUs 0..3" in bad.text
-            bad = await http.post("/v1/hosts/h0/fail", json={"gpu": 0, "signal": "gremlins"})
-            assert bad.status_code == 422 and "expected one of" in bad.text
-            assert (await http.post("/v1/hosts/h9/kill")).status_code == 404
-            await http.post("/v1/hosts/h1/kill")
-            lost = await next_event(sub, "host.lost")
-            assert (lost.data["host"], lost.data["status"]) == ("h1", "lost")
-        async with httpx.AsyncClient(base_url=daemon.url) as api:
-            hosts = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
-        assert hosts["h0"]["status"] == "online" and hosts["h1"]["status"] == "lost"
-        assert [g["health"] for g in hosts["h0"]["gpus"]] == [
-            "healthy", "failed", "healthy", "healthy"]
+        async with Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
+                          mqtt="mqtt://127.0.0.1:1883") as daemon:
+            _, sub = daemon.hub.subscribe()
+            assert daemon.bus is not None
+            await daemon.bus.wait_sessions(1, timeout=10)
+            emulator = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "labd", "emulate", str(path), "--mqtt",
+                "mqtt://127.0.0.1:1883", stdout=asyncio.subprocess.PIPE)
+            assert emulator.stdout is not None
+            try:
+                lines = []
+                while not lines or "ready" not in lines[-1]:
+                    lines.append(json.loads(await asyncio.wait_for(emulator.stdout.readline(), 30)))
+                assert [(x["id"], x["driver"]) for x in lines[:-1]] == [("h0", "agent"),
+                                                                       ("h1", "agent")]
+                control = lines[-1]["control"]
+                seen = set()
+                while len(seen) < 6:  # every GPU announced healthy
+                    event = await next_event(sub, "gpu.health")
+                    seen.add((event.data["host"], event.data["gpu"]))
+                async with httpx.AsyncClient(base_url=control) as http:
+                    r = await http.post("/v1/hosts/h0/fail", json={"gpu": 1, "signal": "ecc"})
+                    assert r.status_code == 200 and r.json()["failures"] == {"1": "ecc"}
+                    failed = await next_event(sub, "gpu.health")
+                    assert (failed.data["host"], failed.data["gpu"], failed.data["health"]) == (
+                        "h0", 1, "failed")
+                    bad = await http.post("/v1/hosts/h0/fail", json={"gpu": 9, "signal": "ecc"})
+                    assert bad.status_code == 422 and "GPUs 0..3" in bad.text
+                    bad = await http.post("/v1/hosts/h0/fail",
+                                          json={"gpu": 0, "signal": "gremlins"})
+                    assert bad.status_code == 422 and "expected one of" in bad.text
+                    assert (await http.post("/v1/hosts/h9/kill")).status_code == 404
+                    await http.post("/v1/hosts/h1/kill")
+                    lost = await next_event(sub, "host.lost")
+                    assert (lost.data["host"], lost.data["status"]) == ("h1", "lost")
+                async with httpx.AsyncClient(base_url=daemon.url) as api:
+                    hosts = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
+                assert hosts["h0"]["status"] == "online" and hosts["h1"]["status"] == "lost"
+                assert [g["health"] for g in hosts["h0"]["gpus"]] == [
+                    "healthy", "failed", "healthy", "healthy"]
+            finally:
+                emulator.terminate()
+                await emulator.wait()
+                sub.close()
     finally:
-        emulator.terminate()
-        await emulator.wait()
-        sub.close()
-        await daemon.stop()
         await clear_retained(name, ["h0", "h1"], MQTT)
 
 
-async def test_nic_links_follow_the_light(tmp_path: Path) -> None:
-    require_broker()
-
-    name, path = unique_lab(tmp_path, "nic", """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-switch_time_ms = 10
-jitter_ms = 0
-[[endpoint]]
-id = "h0.nic0"
-launch_dbm = 0
-[[endpoint]]
-id = "h1.nic0"
-launch_dbm = 0
-[[fiber]]
-from = "h0.nic0"
-to = "ocs1:1"
-[[fiber]]
-from = "ocs1:9"
-to = "h1.nic0"
-[[host]]
-id = "h0"
-nics = ["h0.nic0"]
-gpus = 1
-emulate = true
-heartbeat_s = 0.2
-[[host]]
-id = "h1"
-nics = ["h1.nic0"]
-gpus = 1
-emulate = true
-heartbeat_s = 0.2
-link_up_ms = 20
-""")
-    lab = load_lab(path)
-    emulated, entries = emulated_lab(lab)
-    async with emulated:
-        daemon = Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
-                        addresses={e.id: endpoint_of(emulated, e) for e in entries},
-                        mqtt="mqtt://127.0.0.1:1883")
-        await daemon.start()
+async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
+    parts = (switch(switch_ms=10), endpoint("h0.nic0", launch_dbm=0),
+             endpoint("h1.nic0", launch_dbm=0), fiber("h0.nic0", "ocs1:1"),
+             fiber("ocs1:9", "h1.nic0"), host("h0"), host("h1", link_up_ms=20))
+    # The hosts are started here, not by the rig: once the test listens for their first
+    # word on the NICs' links.
+    async with start_rig("nic", *parts, mqtt=MQTT, token="t", hosts=False) as rig:
+        daemon, emulated = rig.daemon, rig.emulated
+        assert emulated is not None
         _, sub = daemon.hub.subscribe()
         assert daemon.bus is not None
         await daemon.bus.wait_sessions(1, timeout=10)
-        hosts = emulated_hosts(lab, "mqtt://127.0.0.1:1883", emulated)
-        for host in hosts:
-            host.start()
-            emulated.hosts[host.id] = host
+        hosts = emulated_hosts(daemon.lab, MQTT, emulated)
+        for emulated_host in hosts:
+            emulated_host.start()
+            emulated.hosts[emulated_host.id] = emulated_host
         try:
             first = await next_event(sub, "nic.link")  # each NIC reports its first state
             second = await next_event(sub, "nic.link")
@@ -167,9 +120,6 @@ link_up_ms = 20
                 state = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
             assert state["h1"]["nics"] == {"h1.nic0": False}
         finally:
-            for host in hosts:
-                await host.stop()
+            for emulated_host in hosts:
+                await emulated_host.stop()
             sub.close()
-            await daemon.stop()
-            await clear_retained(name, ["h0", "h1"], MQTT)
-

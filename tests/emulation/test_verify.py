@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from labd.emulation.drill import emulated_rig
+from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.lab.file import load_lab
 from labd.lab.wiring import dark_ingress, metered_paths

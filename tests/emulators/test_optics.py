@@ -77,7 +77,7 @@ async def test_a_nodes_power_alone_is_what_the_whole_lab_gives_it() -> None:
     """A meter's reading follows only the light that can reach it: on the demo lab, with
     circuits on every switch, before, during and after their transients, each watched
     node's power worked out alone equals its power in the whole lab's."""
-    from labd.emulation.rig import emulated_lab
+    from labd.emulation.emulators import emulated_lab
     from labd.lab.file import load_lab
 
     emulated, _ = emulated_lab(load_lab("demo"))

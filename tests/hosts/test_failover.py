@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +16,14 @@ import aiomqtt
 import httpx
 from sqlalchemy import select
 
-from labd.emulation.drill import Rig, emulated_rig, hosts_ready, job_stepping, run_drill, wait_for
+from labd.emulation.drill import hosts_ready, job_stepping, run_drill, wait_for
+from labd.emulation.rig import Rig
 from labd.hosts.jobs import JobManager
-from labd.lab.file import load_lab
 from labd.lab.wiring import trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
-from tests.broker import BROKER, MQTT, require_broker, unique_lab
+from tests.broker import BROKER, MQTT
+from tests.labs import endpoint, fiber, host, job, meter, switch
+from tests.rigs import StartRig
 
 HOSTS = (("h0", "r1"), ("h1", "r1"), ("h2", "r2"), ("h3", "r2"), ("s0", "r1"), ("s1", "r2"))
 
@@ -41,56 +44,15 @@ def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
 def lab_body(recovery: str = "automatic") -> str:
     """A ring of four GPU hosts with two spares on one 16x16 OCS (10 ms switch model), a
     monitor tap on every receiver."""
-    parts = ['''
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "16x16"
-[instrument.emulator]
-technology = "beam-steering"
-switch_time_ms = 10
-jitter_ms = 0
-[[instrument]]
-id = "pm1"
-driver = "keysight-n77xx"
-emulate = true
-channels = 8
-''']
-    for i, (host, rack) in enumerate(HOSTS):
-        parts.append(f'''
-[[endpoint]]
-id = "{host}.nic0"
-launch_dbm = 0.0
-[[fiber]]
-from = "{host}.nic0"
-to = "ocs1:{i + 1}"
-[[fiber]]
-from = "ocs1:{17 + i}"
-to = "{host}.nic0"
-tap = "pm1:{i + 1}"
-tap_ratio = 0.05
-[[host]]
-id = "{host}"
-nics = ["{host}.nic0"]
-gpus = 1
-rack = "{rack}"
-emulate = true
-heartbeat_s = 0.5
-''')
-    parts.append(f'''
-[[job]]
-id = "ring4"
-topology = "ring"
-members = ["h0.nic0", "h1.nic0", "h2.nic0", "h3.nic0"]
-spares = ["s0.nic0", "s1.nic0"]
-recovery = "{recovery}"
-link_timeout_s = 10
-start_timeout_s = 20
-[job.emulator]
-init_ms = 20
-step_ms = 10
-''')
+    parts = [switch(size="16x16", technology="beam-steering", switch_ms=10), meter(channels=8)]
+    for i, (name, rack) in enumerate(HOSTS):
+        nic = f"{name}.nic0"
+        parts += [endpoint(nic, launch_dbm=0.0), fiber(nic, f"ocs1:{i + 1}"),
+                  fiber(f"ocs1:{17 + i}", nic, tap=f"pm1:{i + 1}", tap_ratio=0.05),
+                  host(name, rack=rack, heartbeat_s=0.5)]
+    parts.append(job("ring4", [f"{name}.nic0" for name, _ in HOSTS[:4]],
+                     spares=["s0.nic0", "s1.nic0"], recovery=recovery, link_timeout_s=10,
+                     start_timeout_s=20, emulator={"init_ms": 20, "step_ms": 10}))
     return "".join(parts)
 
 
@@ -134,14 +96,12 @@ def environ(pid: int) -> dict[str, str]:
 
 
 @bounded(50)
-async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(tmp_path: Path
-                                                                        ) -> None:
-    require_broker()
-    name, path = unique_lab(tmp_path, "fo", lab_body())
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT, token="t") as rig, \
+async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
+        start_rig: StartRig) -> None:
+    async with start_rig("fo", lab_body(), mqtt=MQTT, token="t") as rig, \
             aiomqtt.Client(*BROKER) as watcher:
-        await watcher.subscribe(f"labd/{name}/events/failover")
+        lab = rig.daemon.lab
+        await watcher.subscribe(f"labd/{lab.lab.name}/events/failover")
         await running(rig)
         daemon = rig.daemon
         before = daemon.jobs.job("ring4").epoch
@@ -222,11 +182,8 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(tmp_pat
 
 
 @bounded(50)
-async def test_a_failure_during_recovery_then_no_spare_left(tmp_path: Path) -> None:
-    require_broker()
-    _, path = unique_lab(tmp_path, "fo2", lab_body())
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT) as rig:
+async def test_a_failure_during_recovery_then_no_spare_left(start_rig: StartRig) -> None:
+    async with start_rig("fo2", lab_body(), mqtt=MQTT) as rig:
         await running(rig)
         daemon = rig.daemon
         seen: list[dict[str, Any]] = []
@@ -264,11 +221,32 @@ async def test_a_failure_during_recovery_then_no_spare_left(tmp_path: Path) -> N
 
 
 @bounded(50)
-async def test_a_lost_host_is_detected_without_a_report_and_replaced(tmp_path: Path) -> None:
-    require_broker()
-    _, path = unique_lab(tmp_path, "fo3", lab_body())
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT) as rig:
+async def test_a_failure_reported_while_the_event_stream_overflows_is_still_recovered(
+        start_rig: StartRig) -> None:
+    """Recovery does not ride the observers' bounded stream: a flood that overflows every
+    subscription, with the failure report landing right behind it in the same turn of the
+    loop, still gets the member replaced."""
+    async with start_rig("fo5", lab_body(), mqtt=MQTT) as rig:
+        await running(rig)
+        daemon = rig.daemon
+        _, slow = daemon.hub.subscribe(size=1)
+        for i in range(20_001):  # beyond any subscription's queue (10,000 by default)
+            daemon.hub.publish("warning", {"detail": f"flood {i}"})
+        assert slow.overflowed
+        problem = daemon.hosts.handle("h1", "events", json.dumps({
+            "gpu": 0, "health": "failed", "was": "healthy", "reasons": ["xid 79"],
+            "at_ns": time.monotonic_ns()}).encode())
+        assert problem is None
+        state = daemon.jobs.job("ring4")
+        await wait_for(daemon.hub, lambda: "s0.nic0" in state.members
+                       and state.status == "running", 30, "h1 replaced by s0")
+        assert state.members == ["h0.nic0", "s0.nic0", "h2.nic0", "h3.nic0"]
+        circuits_hold_the_ring(rig, state.members)
+
+
+@bounded(50)
+async def test_a_lost_host_is_detected_without_a_report_and_replaced(start_rig: StartRig) -> None:
+    async with start_rig("fo3", lab_body(), mqtt=MQTT) as rig:
         await running(rig)
         daemon = rig.daemon
         result = await run_drill(rig, "ring4", random.Random(1), kind="host", member="h3.nic0",
@@ -288,11 +266,8 @@ async def test_a_lost_host_is_detected_without_a_report_and_replaced(tmp_path: P
 
 
 @bounded(50)
-async def test_policy_ask_waits_for_the_operator(tmp_path: Path) -> None:
-    require_broker()
-    _, path = unique_lab(tmp_path, "fo4", lab_body(recovery="ask"))
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=MQTT, token="t") as rig:
+async def test_policy_ask_waits_for_the_operator(start_rig: StartRig) -> None:
+    async with start_rig("fo4", lab_body(recovery="ask"), mqtt=MQTT, token="t") as rig:
         await running(rig)
         daemon = rig.daemon
         seen: list[dict[str, Any]] = []
@@ -333,10 +308,8 @@ async def test_policy_ask_waits_for_the_operator(tmp_path: Path) -> None:
 
 
 @bounded(50)
-async def test_without_a_broker_agents_report_over_http(tmp_path: Path) -> None:
-    _, path = unique_lab(tmp_path, "fo5", lab_body())
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+async def test_without_a_broker_agents_report_over_http(start_rig: StartRig) -> None:
+    async with start_rig("fo5", lab_body(), token="t") as rig:
         daemon = rig.daemon
         assert daemon.bus is None
         await running(rig)
@@ -360,13 +333,11 @@ async def test_without_a_broker_agents_report_over_http(tmp_path: Path) -> None:
 
 
 @bounded(120)
-async def test_drills_through_the_api(tmp_path: Path) -> None:
+async def test_drills_through_the_api(start_rig: StartRig) -> None:
     """POST /v1/drills/failover: bad requests are refused with nothing started; a drill on
     a job that is not running starts it, recovers, repairs the member and returns it as a
     spare; a second drill while one runs is refused."""
-    _, path = unique_lab(tmp_path, "fo6", lab_body())
-    lab = load_lab(path)
-    async with emulated_rig(lab, db=str(tmp_path / "s.sqlite"), mqtt=None, token="t") as rig:
+    async with start_rig("fo6", lab_body(), token="t") as rig:
         daemon = rig.daemon
         _, events = daemon.hub.subscribe()
         async with httpx.AsyncClient(base_url=daemon.url,

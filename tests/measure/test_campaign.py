@@ -1,27 +1,14 @@
 """Reconfiguration campaigns through the API, against a daemon on an emulated lab."""
 
 from contextlib import aclosing
-from pathlib import Path
 
 import pytest
 
 from labd.client.api import DaemonClient
-from labd.emulation.drill import emulated_rig
 from labd.errors import CampaignError
-from labd.lab.file import load_lab
 from labd.measure.campaign import FreePorts, ReconfigPlan, batch_sizes, run_reconfig, summary
-from tests.broker import unique_lab
-
-LAB = """
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-switch_time_ms = 1
-jitter_ms = 0
-"""
+from tests.labs import switch
+from tests.rigs import StartRig
 
 
 def test_plans_are_checked_and_sweeps_reach_every_free_pair() -> None:
@@ -41,10 +28,9 @@ def test_plans_are_checked_and_sweeps_reach_every_free_pair() -> None:
         batch_sizes(ReconfigPlan("s"), FreePorts([1], [], {}))
 
 
-async def test_a_campaign_uses_free_ports_leaves_them_free_and_resumes(tmp_path: Path) -> None:
-    _, path = unique_lab(tmp_path, "camp", LAB)
-    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=None,
-                            token="t") as rig:
+async def test_a_campaign_uses_free_ports_leaves_them_free_and_resumes(
+        start_rig: StartRig) -> None:
+    async with start_rig("camp", switch(switch_ms=1), token="t") as rig:
         engine = rig.daemon.engine
         await engine.reconfigure("ocs1", connect=[(1, 9)])  # someone's circuit
         client = DaemonClient(rig.daemon.url, "t")

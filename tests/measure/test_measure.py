@@ -12,34 +12,16 @@ import pyarrow.parquet as pq
 from labd.errors import RunError
 from labd.measure.runs import RunStore
 from tests.commands.test_cli import LABD, run
-from tests.daemon.test_daemon import metered
+from tests.labs import meter, metered, switch, write_lab
+from tests.rigs import StartRig
 
-LAB = """[lab]
-name = "measured"
-[[instrument]]
-id = "ocs1"
-driver = "polatis-scpi"
-emulate = true
-size = "8x8"
-[instrument.emulator]
-technology = "beam-steering"
-switch_time_ms = 3
-jitter_ms = 0
-"""
-
-
-METER = """
-[[instrument]]
-id = "pm1"
-driver = "keysight-n77xx"
-emulate = true
-""" + metered("tx", "rx", 1, 9, 1)
+#: ocs1 as the lab file has it (3 ms): the campaigns set other timing models, and the tests
+#: tell by the emulator's record which one it switched with.
+OCS1 = switch(technology="beam-steering", switch_ms=3)
 
 
 def lab_file(tmp_path: Path) -> Path:
-    path = tmp_path / "lab.toml"
-    path.write_text(LAB)
-    return path
+    return write_lab(tmp_path, "measured", OCS1)[1]
 
 
 async def rows_in(runs: Path, name: str, at_least: int, timeout: float = 60) -> int:
@@ -151,9 +133,9 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
     code, out, err = await run("measure", "reconfig", "--switch-ms", "2", "--runs", str(runs))
     assert code == 2 and "needs --lab" in out + err
     # A model slower than the light window, on a switch with a metered path.
-    metered = tmp_path / "metered.toml"
-    metered.write_text(LAB + METER)
-    code, out, err = await run("measure", "reconfig", "--lab", str(metered), "--runs",
+    _, tapped = write_lab(tmp_path, "measured", OCS1, meter(),
+                          metered("tx", "rx", 1, 9, 1), file="metered.toml")
+    code, out, err = await run("measure", "reconfig", "--lab", str(tapped), "--runs",
                                str(runs), "--switch-ms", "120", timeout=60)
     said = " ".join((out + err).split())
     assert code == 2 and "ocs1's light window is 100 ms" in said and "--no-light" in said
@@ -196,31 +178,20 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
         assert len(list(csv.DictReader(f))) == 6
 
 
-async def test_a_running_daemon_is_measured_with_the_emulators_truth(tmp_path: Path) -> None:
+async def test_a_running_daemon_is_measured_with_the_emulators_truth(
+        tmp_path: Path, start_rig: StartRig) -> None:
     """--url with --control: the daemon and its emulators run elsewhere; the campaign reads
     the emulators' ground truth and sets their timing model through the control endpoint."""
-    from labd.client.control import spawn_emulators
-    from labd.daemon.core import Daemon
-    from labd.lab.file import load_lab
-
-    lab = load_lab(lab_file(tmp_path))
-    emulators = await spawn_emulators(lab.source)
-    try:
-        daemon = Daemon(lab, db=str(tmp_path / "d.sqlite"), port=0, token="tok",
-                        addresses=emulators.endpoints)
-        await daemon.start()
-        try:
-            runs = tmp_path / "runs.sqlite"
-            code, out, err = await run(
-                "measure", "reconfig", "--url", daemon.url, "--token", "tok", "--control",
-                emulators.control, "--rounds", "6", "--switch-ms", "4", "--runs", str(runs),
-                "--name", "remote", timeout=120)
-            assert code == 0, out + err
-            assert "Timing model 4 ± 0 ms" in out
-        finally:
-            await daemon.stop()
-    finally:
-        await emulators.stop()
+    # apart: the emulators in a `labd emulate` process of their own.
+    async with start_rig("measured", OCS1, token="tok", apart=True) as rig:
+        daemon = rig.daemon
+        runs = tmp_path / "runs.sqlite"
+        code, out, err = await run(
+            "measure", "reconfig", "--url", daemon.url, "--token", "tok", "--control",
+            rig.control_url, "--rounds", "6", "--switch-ms", "4", "--runs", str(runs),
+            "--name", "remote", timeout=120)
+        assert code == 0, out + err
+        assert "Timing model 4 ± 0 ms" in out
     store = RunStore(runs)
     measured = store.get("remote")
     rows = store.rows(measured)

@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 
 from labd.client.api import DaemonClient
-from labd.emulation.drill import emulated_rig
 from labd.errors import ScheduleError
-from labd.lab.file import load_lab
 from labd.measure.schedule import (
     check_switches,
     idle_gaps,
@@ -18,9 +16,9 @@ from labd.measure.schedule import (
     synthetic,
     to_toml,
 )
-from tests.broker import unique_lab
 from tests.commands.test_cli import run
-from tests.measure.test_campaign import LAB
+from tests.labs import switch
+from tests.rigs import StartRig
 
 
 def test_synthetic_3d_schedule_is_made_of_rings_and_pipeline_sends(tmp_path: Path) -> None:
@@ -64,12 +62,11 @@ def test_bad_schedule_files_name_the_file_and_the_field(tmp_path: Path) -> None:
         load_schedule("no-such-schedule")
 
 
-async def test_a_replay_reconfigures_at_phase_changes_and_clears_after(tmp_path: Path) -> None:
-    _, path = unique_lab(tmp_path, "sched", LAB)
+async def test_a_replay_reconfigures_at_phase_changes_and_clears_after(
+        start_rig: StartRig) -> None:
     plan = synthetic(pp=2, dp=1, tp=2, microbatches=1, layers=2, ingress=8, compute_ms=4,
                      tp_ms=1, pp_ms=1, dp_ms=1)
-    async with emulated_rig(load_lab(path), db=str(tmp_path / "s.sqlite"), mqtt=None,
-                            token="t") as rig:
+    async with start_rig("sched", switch(switch_ms=1), token="t") as rig:
         client = DaemonClient(rig.daemon.url, "t")
         try:
             await check_switches(client, plan)

@@ -7,13 +7,19 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
 
 from labd.emulation.drill import Rig
+from labd.errors import DaemonError
+from labd.measure.campaign import summary
+from labd.vocabulary import SPANS, percentile
 from tests.hosts.test_failover import lab_body
 from tests.rigs import Background, background_rig
 from tui.app import LabApp
+from tui.render import sparkline
+from tui.tabs.reconfigurations import KEEP, latency_rows, record
 
 LAB = """
 [[instrument]]
@@ -94,7 +100,7 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
         assert cell(table, "ocs1:1", 5) == "h0.nic0 → h1.nic0"
         # Out of sight, the Reconfigurations tab is drawn when shown.
         reconf = app.query_one("#reconf", DataTable)
-        assert reconf.row_count == 0 and "reconfigurations" in app.hidden_changes
+        assert reconf.row_count == 0 and app.reconfigurations.out_of_date
         await pilot.press("4")
         assert reconf.row_count == 1
         latency = app.query_one("#latency", DataTable)
@@ -141,9 +147,10 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
         assert table.row_count == 1
 
         # A refused request is a notification, and changes nothing.
-        await app._change("circuit made", "POST", "/v1/circuits",
+        await app.changes.change("circuit made", "POST", "/v1/circuits",
                           {"from": "h0.nic0", "to": "nowhere"}, str)
-        assert "refused" in app.last_notice and "nowhere" in app.last_notice
+        notice = app.changes.last_notice
+        assert "refused" in notice and "nowhere" in notice
         assert table.row_count == 1 and cell(table, "ocs1:9", 2) == "1"
 
         # x on the circuit's port breaks it end to end.
@@ -166,8 +173,9 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
         portmap.move_cursor(row=portmap.get_row_index("ocs1:3"))
         await pilot.press("m", "enter", "enter", "backspace", "backspace", "6", "enter",
                           "enter")
-        await until(app, lambda: "6 reconfigurations" in app.last_notice, timeout=30)
-        assert "ocs1 toggle" in app.last_notice and "device p50" in app.last_notice
+        await until(app, lambda: "6 reconfigurations" in app.changes.last_notice, timeout=30)
+        notice = app.changes.last_notice
+        assert "ocs1 toggle" in notice and "device p50" in notice
         reconf = app.query_one("#reconf", DataTable)
 
         def causes() -> list[str]:
@@ -180,22 +188,23 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
         assert app.query_one(TabbedContent).active == "reconfigurations"
         # A bad parameter is refused before anything is sent.
         await pilot.press("m", "enter", *"zigzag", "enter", "enter", "enter")
-        assert "pattern 'zigzag'" in app.last_notice
+        assert "pattern 'zigzag'" in app.changes.last_notice
         assert causes() == ["api"] + ["measurement"] * 6  # nothing more was sent
 
 
 async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
     async with attached(tmp_path, "tui5", lab_body()) as (rig, app, pilot):
         await pilot.press("d", "y")  # the job is not running yet: the drill starts it
-        await until(app, lambda: "drill done" in app.last_notice, timeout=90)
+        await until(app, lambda: "drill done" in app.changes.last_notice, timeout=90)
         assert app.query_one(TabbedContent).active == "failover"
-        assert app.failover is not None and app.failover["outcome"] == "recovered"
+        latest = app.failover.latest
+        assert latest is not None and latest["outcome"] == "recovered"
         timeline = app.query_one("#timeline", DataTable)
         assert timeline.row_count == 10
         assert float(str(timeline.get_row("first_step")[1])) > float(
             str(timeline.get_row("switches_acked")[1]))
         # The failed member was repaired and is a spare again.
-        failed = app.failover["member"]
+        failed = latest["member"]
         assert failed in rig.daemon.jobs.job("ring4").spares
         await pilot.press("2")
         hosts = app.query_one("#hosttable", DataTable)
@@ -204,7 +213,7 @@ async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
 
 
 async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: Path) -> None:
-    async with attached(tmp_path, "tui2") as (rig, app, _):
+    async with attached(tmp_path, "tui2") as (rig, app, pilot):
         rows = app.query_one("#portmap", DataTable).row_count
         await rig.call(lambda r: r.daemon.stop())  # the daemon goes away
         async with asyncio.timeout(15):
@@ -212,6 +221,14 @@ async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: 
         assert app.sub_title.startswith("STALE since")
         assert app.screen.has_class("stale")
         assert app.query_one("#portmap", DataTable).row_count == rows  # last picture kept
+
+        # A switch that cannot be read keeps its last picture, and the event log says why.
+        with pytest.raises(DaemonError):
+            await app.ports.load(["ocs1"])
+        assert app.query_one("#portmap", DataTable).row_count == rows
+        async with asyncio.timeout(10):  # the tab posts the line to the app
+            while not any(kind == "error" for kind, _ in app.events.lines):
+                await pilot.pause()
 
 
 async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
@@ -234,8 +251,47 @@ async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
 
 
 def test_sparkline() -> None:
-    from tui.app import sparkline
-
     assert sparkline([]) == ""
     assert sparkline([1.0, 1.0]) == "▁▁"
     assert sparkline([0.0, 5.0, 10.0]) == "▁▅█"
+
+
+def test_the_latency_table_agrees_with_the_campaign_summary() -> None:
+    """The Reconfigurations tab's p50 and p99 are the ones ``labd measure`` reports for the
+    same reconfigurations (labd.measure.campaign.summary), phase by phase."""
+    ms = 1_000_000
+    rows = []
+    for i in range(40):
+        start = 10**12 + i * 100 * ms
+        acked = start + ms // 5 + (3 + i % 7) * ms + (i % 3) * ms // 8
+        rows.append({"switch": "ocs2" if i % 4 == 0 else "ocs1", "k": 1, "outcome": "ok",
+                     "phases": {"requested": start, "dispatched": start + ms // 5,
+                                "activated": start + ms // 4, "acknowledged": acked,
+                                "light": None if i % 5 == 0 else acked + (i % 11) * ms,
+                                "done": acked + ms // 2}})
+    phase_ms: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        record(phase_ms, row)
+    shown = {(r[0], r[1]): r for r in latency_rows(phase_ms)}
+    reported = summary(rows)
+    assert len(reported) == len(shown) == 2 * len(SPANS)
+    for r in reported:
+        _, _, n, p50, p99, most, spark = shown[(r["switch"], r["span"])]
+        assert (int(n), p50, p99, most) == (r["n"], f"{r['p50']:.2f}", f"{r['p99']:.2f}",
+                                           f"{r['max']:.2f}")
+        assert len(spark) == r["n"]
+    # Each switch's rows in the order of the phases.
+    assert [r[1] for r in latency_rows(phase_ms)] == [name for name, _, _ in SPANS] * 2
+
+
+def test_the_latency_table_keeps_the_latest_times() -> None:
+    phase_ms: dict[tuple[str, str], list[float]] = {}
+    for i in range(KEEP + 100):
+        record(phase_ms, {"switch": "ocs1", "phases": {"dispatched": 0,
+                                                       "acknowledged": i * 1000}})
+    [(switch, phase, n, p50, p99, most, spark)] = latency_rows(phase_ms)
+    kept = [i / 1000 for i in range(100, KEEP + 100)]
+    assert (switch, phase, n) == ("ocs1", "device", str(KEEP))
+    assert (p50, p99, most) == (f"{percentile(kept, 50):.2f}", f"{percentile(kept, 99):.2f}",
+                                f"{kept[-1]:.2f}")
+    assert spark == sparkline(kept[-60:]) and len(spark) == 60

@@ -1,5 +1,5 @@
 """Snapshot tests of the TUI's main screens (pytest-textual-snapshot: the SVGs under
-``tests/__snapshots__`` are the reference; ``pytest --snapshot-update`` rewrites them after a
+``tests/tui/__snapshots__`` are the reference; ``pytest --snapshot-update`` rewrites them after a
 deliberate change of looks, and a failing run writes an HTML report of the differences).
 
 The daemon runs on an emulated lab in a thread of its own (tests/rigs.py; the snapshot

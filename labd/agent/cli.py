@@ -1,0 +1,155 @@
+"""The GPU-host agent as a command: ``labd agent``, and ``python -m labd.agent`` on a host
+that runs only the agent.
+
+It runs on every GPU host, so it loads none of the daemon, its store, the drivers or the
+web server: only typer and rich here, and the agent's own parts once it runs
+(docs/architecture.md). The daemon's token is looked up as the daemon keeps it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import signal
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from labd.errors import LabdError, NvmlUnavailable
+
+if TYPE_CHECKING:
+    from labd.agent.agent import Agent
+
+# The same consoles as the labd command's: a wide line when the output is a file or a log.
+console = Console(width=None if sys.stdout.isatty() else 132)
+err_console = Console(stderr=True)
+
+
+def agent(
+    host: Annotated[str, typer.Option(help="This host's id, as in the lab file's \\[\\[host]].")],
+    lab: Annotated[str, typer.Option(help="The lab's name, as in its lab file (lab.name).")],
+    mqtt: Annotated[str | None, typer.Option(
+        help="The lab's MQTT broker, mqtt://HOST[:PORT].")] = None,
+    daemon: Annotated[str | None, typer.Option(
+        help="Where the lab has no broker: the daemon's URL (http://HOST:PORT); reports go "
+             "to its API.")] = None,
+    token: Annotated[str | None, typer.Option(
+        help="With --daemon: the daemon's token (default: $LABD_TOKEN, else the token "
+             "file).")] = None,
+    backend: Annotated[str, typer.Option(
+        help="auto (NVML where a driver is present, else nvidia-smi), nvml, nvidia-smi, "
+             "or emulated.")] = "auto",
+    gpus: Annotated[int | None, typer.Option(
+        min=0, max=64, help="GPUs this host should have (missing ones count as failed); "
+                            "with --backend emulated, how many to emulate.")] = None,
+    interval: Annotated[float, typer.Option(min=0.05, max=60,
+                                            help="Heartbeat interval, seconds.")] = 1.0,
+    job: Annotated[list[str] | None, typer.Option(
+        help="JOB=COMMAND: the command this host runs for a job of the lab file "
+             "(repeatable). The agent runs nothing else.")] = None,
+    nic: Annotated[list[str] | None, typer.Option(
+        help="ENDPOINT=INTERFACE: the network interface behind a NIC endpoint of the lab "
+             "file, whose carrier the agent reports (repeatable).")] = None,
+) -> None:
+    """The GPU-host agent: reports GPU health, NIC links and job progress to the daemon
+    over MQTT, and runs the host's part of the jobs it is configured for."""
+    from labd.agent.agent import Agent
+    from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
+    from labd.agent.nics import SysfsNics
+    from labd.agent.nvml import NvmlBackend
+
+    if (mqtt is None) == (daemon is None):
+        raise _fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
+    commands = {name: shlex.split(command) for name, command in
+                _assignments(job, "--job", "JOB=COMMAND, e.g. ring4='torchrun train.py'").items()}
+    interfaces = _assignments(nic, "--nic", "ENDPOINT=INTERFACE, e.g. h0.nic0=ens1f0")
+    chosen: Backend
+    try:
+        if backend == "emulated":
+            chosen = EmulatedBackend(count=gpus if gpus is not None else 8)
+        elif backend == "nvidia-smi":
+            chosen = SmiBackend()
+        elif backend == "nvml":
+            chosen = NvmlBackend()
+        elif backend == "auto":
+            try:
+                chosen, backend = NvmlBackend(), "nvml"
+            except NvmlUnavailable:
+                chosen, backend = SmiBackend(), "nvidia-smi"
+        else:
+            raise _fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
+        runner = Agent(lab=lab, host=host, backend=chosen, mqtt=mqtt, daemon=daemon,
+                       token=_token(token) if daemon else None,
+                       interval=interval, expected_gpus=gpus, jobs=commands,
+                       nics=SysfsNics(interfaces) if interfaces else None)
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt or daemon} every "
+                  f"{interval:g} s ({backend}); jobs: {', '.join(commands) or 'none'}; "
+                  f"NICs: {', '.join(interfaces) or 'none'}")
+    _serve(runner)
+
+
+def main() -> None:
+    """``python -m labd.agent``: the agent command alone, logging warnings and errors as
+    ``labd agent`` does without ``-v``."""
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(agent)
+    app()
+
+
+def _serve(runner: Agent) -> None:
+    """Run the agent until SIGINT or SIGTERM; a start-up failure is one clear message."""
+    from labd.agent.agent import run_agent
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_agent(runner, stop)
+
+    try:
+        # The standard loop, not uvloop: the agent starts job processes while it talks MQTT
+        # (labd/runtime.py says why that needs it).
+        asyncio.run(serve())
+    except OSError as exc:
+        raise _fail(f"cannot start the agent: {exc}") from None
+    except LabdError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, str]:
+    """``NAME=VALUE`` options, each name once."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise _fail(f"{option} {value!r}: expected {what}")
+        if name.strip() in out:
+            raise _fail(f"{option}: {name.strip()!r} is given twice")
+        out[name.strip()] = rest.strip()
+    return out
+
+
+def _token(explicit: str | None) -> str:
+    """--token, else $LABD_TOKEN, else the token file; the agent never makes one."""
+    from labd.token import find_token, token_path
+
+    found = find_token(explicit)
+    if found is None:
+        raise _fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or "
+                    f"copy the daemon's token file to {token_path()}")
+    return found
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    # The labd command's form of a user's mistake; escape: a message may hold brackets.
+    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(code)

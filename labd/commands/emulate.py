@@ -1,0 +1,59 @@
+"""``labd emulate``: emulators for a lab's `emulate = true` instruments (and agents with
+emulated GPUs for its emulated hosts), announced as JSON lines for scripts to read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from labd.commands.common import load, run_until_signalled
+
+
+def emulate(
+    lab: Annotated[str, typer.Argument(help="Lab file path, or a packaged lab name (demo).")],
+    control_port: Annotated[int, typer.Option(min=0, max=65535,
+                                              help="Port of the control endpoint "
+                                                   "(0 picks a free one).")] = 0,
+    resolved: Annotated[Path | None, typer.Option(
+        help="Also write a copy of the lab file pointing at the emulators.")] = None,
+    mqtt: Annotated[str | None, typer.Option(
+        help="MQTT broker the emulated GPU hosts' agents report to, mqtt://HOST[:PORT].")]
+    = None,
+) -> None:
+    """Start an emulator for every `emulate = true` instrument (and an agent with emulated
+    GPUs for every `emulate = true` host). Prints one JSON line per emulator, then
+    {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
+    from labd.emulation.emulators import emulated_hosts, emulated_lab, endpoint_of, write_resolved
+
+    loaded = load(lab)
+
+    async def serve(stop: asyncio.Event) -> None:
+        emulated, entries = emulated_lab(loaded, control_port=control_port)
+        hosts = emulated_hosts(loaded, mqtt, emulated)
+        async with emulated:
+            for entry in entries:
+                line = {"id": entry.id, "driver": entry.driver,
+                        "endpoint": endpoint_of(emulated, entry),
+                        "interfaces": emulated.endpoints[entry.id]}
+                print(json.dumps(line), flush=True)
+            for host in hosts:
+                host.start()
+                emulated.hosts[host.id] = host
+                print(json.dumps({"id": host.id, "driver": "agent", "endpoint": mqtt}),
+                      flush=True)
+            if resolved is not None:
+                write_resolved(loaded, emulated, entries, resolved)
+            print(json.dumps({"ready": True, "control": emulated.control_url}), flush=True)
+            try:
+                await stop.wait()
+            finally:
+                for host in hosts:
+                    await host.stop()
+
+    # Emulated hosts start their jobs' processes.
+    run_until_signalled("the emulators", serve,
+                        spawns=bool(mqtt and any(h.emulate for h in loaded.host)))

@@ -1,0 +1,108 @@
+"""``labd measure reconfig``: a campaign of timed reconfigurations through the daemon,
+kept as a run."""
+
+from __future__ import annotations
+
+import random
+from typing import Annotated, Any
+
+import typer
+
+from labd.commands.common import console
+from labd.commands.measure.kept import kept_run, write_outputs
+from labd.commands.measure.options import (
+    ControlOption,
+    CsvOption,
+    JitterOption,
+    ParquetOption,
+    PlotsOption,
+    ResumeOption,
+    RunsOption,
+    SwitchMsOption,
+    TokenOption,
+    timing_model,
+)
+
+
+def measure_reconfig(
+    url: Annotated[str, typer.Option(help="The daemon to measure.")] = "http://127.0.0.1:8470",
+    lab: Annotated[str | None, typer.Option(
+        help="Measure this lab (path or packaged name) in emulation instead: its emulators "
+             "and a daemon are started here, and each row gets the emulator's ground "
+             "truth.")] = None,
+    switch: Annotated[list[str] | None, typer.Option(
+        help="Switch to measure (repeat for more; default: every switch).")] = None,
+    pattern: Annotated[str, typer.Option(
+        help="toggle (one pair made and broken), random (k pairs at once), permutation "
+             "(every free port moved at once) or sweep (random for k = 1, 2, 4, ... all).")]
+    = "toggle",
+    rounds: Annotated[int, typer.Option(
+        help="Reconfigurations per switch (per batch size for a sweep).")] = 100,
+    k: Annotated[int, typer.Option("-k", help="Pairs per batch for random.")] = 1,
+    light: Annotated[bool, typer.Option(
+        help="Verify light on metered paths (--no-light: only the switch's answer).")] = True,
+    seed: Annotated[int | None, typer.Option(help="Seed for the port choices.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name of the run (default: "
+                                                  "reconfig-<UTC time>).")] = None,
+    control: ControlOption = None,
+    resume: ResumeOption = None,
+    switch_ms: SwitchMsOption = None,
+    jitter_ms: JitterOption = 0.0,
+    runs: RunsOption = "labd-runs.sqlite",
+    csv_path: CsvOption = None,
+    parquet: ParquetOption = None,
+    plots: PlotsOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Time reconfigurations through the daemon on its switches' free ports and keep them
+    as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
+    Ctrl-C keeps what was measured (--resume NAME goes on)."""
+    from labd.measure.reconfig import (
+        apply_timing,
+        finishing,
+        model_check,
+        new_run,
+        open_target,
+        params_of,
+        plan_campaign,
+        plans_from,
+        resume_run,
+        run_campaign,
+        summary_table,
+    )
+    from labd.token import find_token
+
+    timing = timing_model(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
+
+    async def body(store: Any, state: dict[str, Any]) -> None:
+        async with open_target(lab=lab, url=url, token=find_token(token),
+                               control=control) as target:
+            if resume is not None:
+                measured, done = resume_run(store, resume, "reconfig", target, console)
+                plans, wanted = plans_from(measured.params), measured.params.get("timing")
+            else:
+                plans, planned = await plan_campaign(
+                    target, switch, pattern, rounds, k, light,
+                    seed if seed is not None else random.randrange(1 << 30))
+                # Before the run is made: its parameters say which switches took the model.
+                await apply_timing(target, [p.switch for p in plans], timing, console,
+                                   light=light)
+                measured, done, wanted = new_run(
+                    store, name=name, kind="reconfig", target=target, planned=planned,
+                    params={**params_of(plans), "timing": timing}), [], timing
+            state["run"] = measured
+            if resume is not None:
+                await apply_timing(target, [p.switch for p in plans], wanted, console,
+                                   light=any(p.verify_light for p in plans))
+            console.print(f"[bold]labd measure reconfig[/]: run [cyan]{measured.name}[/] on "
+                          f"{target.where} ({target.lab_name}): {measured.planned} "
+                          f"reconfigurations, {len(done)} already measured")
+            async with finishing(store, measured):
+                rows = await run_campaign(target, plans, store, measured, console, done)
+        console.print(summary_table(measured, rows))
+        if wanted is not None:
+            console.print(model_check(rows, wanted))
+        write_outputs(measured, rows, csv_path, parquet, plots)
+
+    # uvloop: the emulators run in a process of their own, and no MQTT client here.
+    kept_run(runs, body, spawns=False, command="reconfig")

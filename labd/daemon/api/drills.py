@@ -1,0 +1,25 @@
+"""``/v1/drills``: failover drills, where the lab's GPU hosts are emulated in the daemon's
+process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+
+from labd.daemon.api.bodies import DrillBody
+from labd.daemon.api.deps import AUTHORISED, ServicesDep
+
+router = APIRouter()
+
+
+@router.post("/v1/drills/failover", dependencies=AUTHORISED, status_code=202)
+async def drill(body: DrillBody, services: ServicesDep) -> dict[str, Any]:
+    """Start a failover drill (emulated GPU hosts only): fail a member, let the daemon
+    recover the job, then repair the member and return it as a spare. Follow it by the
+    ``drill`` and ``failover`` events."""
+    if services.drills is None:
+        raise HTTPException(409, "failover drills need the lab's GPU hosts emulated by "
+                                 "this daemon (labd run on a lab whose hosts are "
+                                 "emulate = true, or labd demo --serve)")
+    return services.drills.start(body.job, body.member, body.kind)

@@ -1,0 +1,107 @@
+"""``/v1/switches``: a switch's state and ports, and its circuits changed pair by pair;
+``/v1/circuits``: end-to-end circuits between endpoints, over as many switches as they
+take."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
+
+from instruments.errors import NotSupported
+from labd.daemon.api.bodies import CircuitBody, PairsBody, PortsBody
+from labd.daemon.api.deps import AUTHORISED, ServicesDep
+from labd.daemon.api.shapes import route_dict
+from labd.lab.wiring import circuits
+
+router = APIRouter()
+
+
+@router.get("/v1/switches/{switch}")
+async def switch_state(switch: str, services: ServicesDep) -> dict[str, Any]:
+    engine = services.engine
+    sw = engine.switch(switch)
+    paths = sw.paths()
+    return {"id": switch, "state": sw.state.value,
+            "size": sw.info.size if sw.info else None,
+            "light_window_ms": engine.window_s(switch) * 1000,
+            "metered_paths": len(engine.metered(switch)),
+            "intended": [[a, b] for a, b in sorted(engine.intended[switch].items())],
+            "observed": [[a, b] for a, b in sorted(sw.expected.items())],
+            # A mesh's routed paths, as the device holds them: each circuit's elements,
+            # first to last, [[element, "bar"|"cross"], ...]
+            "paths": None if paths is None else [
+                {"from": a, "to": sw.expected.get(a),
+                 "elements": [[k, state] for k, state in elements]}
+                for a, elements in paths.items()]}
+
+
+@router.get("/v1/switches/{switch}/ports")
+async def ports(switch: str, services: ServicesDep) -> list[dict[str, Any]]:
+    sw = services.engine.switch(switch)
+    if sw.info is None:
+        raise HTTPException(503, f"{switch} has not been identified yet (offline)")
+    numbers = list(range(1, sw.info.ports + 1))
+    states = await sw.port_states()
+    try:
+        power: dict[int, float] = await sw.port_power(numbers)
+    except NotSupported:
+        power = {}
+    intended = services.engine.intended[switch]
+    partner = {**intended, **{b: a for a, b in intended.items()}}
+    return [{"port": p, "partner": partner.get(p), "state": states.get(p, "unknown"),
+             "power_dbm": power.get(p)} for p in numbers]
+
+
+# Reconfigurations answer with a plain JSONResponse: the result is already JSON-shaped, and
+# re-validating it would cost a measurable part of the request's latency.
+@router.post("/v1/switches/{switch}/connections", dependencies=AUTHORISED,
+             response_class=JSONResponse)
+async def connect(switch: str, body: PairsBody, services: ServicesDep) -> JSONResponse:
+    result = await services.engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
+                                               verify_light=body.verify_light)
+    return JSONResponse(result.as_dict())
+
+
+@router.put("/v1/switches/{switch}/connections", dependencies=AUTHORISED,
+            response_class=JSONResponse)
+async def replace(switch: str, body: PairsBody, services: ServicesDep) -> JSONResponse:
+    result = await services.engine.reconfigure(switch, replace=dict(body.pairs),
+                                               cause=body.cause,
+                                               verify_light=body.verify_light)
+    return JSONResponse(result.as_dict())
+
+
+@router.post("/v1/switches/{switch}/disconnect", dependencies=AUTHORISED,
+             response_class=JSONResponse)
+async def disconnect(switch: str, body: PortsBody, services: ServicesDep) -> JSONResponse:
+    result = await services.engine.reconfigure(switch, disconnect=body.ports,
+                                               cause=body.cause,
+                                               verify_light=body.verify_light)
+    return JSONResponse(result.as_dict())
+
+
+@router.get("/v1/circuits")
+async def circuits_now(services: ServicesDep) -> list[dict[str, Any]]:
+    """Every circuit between endpoints that the switches' intended pairs make, with
+    the hops it takes."""
+    return [route_dict(r) for r in circuits(services.lab, services.engine.intended)]
+
+
+@router.post("/v1/circuits", dependencies=AUTHORISED)
+async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
+    """An end-to-end circuit between two endpoints, over as many switches as it takes."""
+    routes, results = await services.engine.connect_endpoints(
+        [(body.src, body.dst)], cause=body.cause, verify_light=body.verify_light)
+    return {"route": route_dict(routes[0]), "reconfigurations": [
+        r.as_dict() for r in results]}
+
+
+@router.post("/v1/circuits/disconnect", dependencies=AUTHORISED)
+async def uncircuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
+    """Take down the circuit between two endpoints, on every switch it crosses."""
+    route, results = await services.engine.disconnect_endpoints(
+        body.src, body.dst, cause=body.cause, verify_light=body.verify_light)
+    return {"route": route_dict(route), "reconfigurations": [
+        r.as_dict() for r in results]}

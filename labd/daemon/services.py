@@ -1,0 +1,47 @@
+"""What the daemon's HTTP API and MQTT bridge are given to work with: the lab and the parts
+that run it, not the daemon itself (``labd.daemon.core`` builds them and owns their
+lifecycle). Routes read it from ``app.state.services`` (``labd.daemon.api.deps``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from labd.events import EventHub
+from labd.fabric.engine import Engine
+from labd.hosts.jobs import JobManager
+from labd.hosts.monitor import CommandQueues, HostMonitor
+from labd.lab.file import Lab
+from labd.store.store import Store
+
+
+class Drills(Protocol):
+    """What runs failover drills for the API, where the daemon's GPU hosts are emulated
+    in its process (labd.emulation.drill.DrillService)."""
+
+    def start(self, job: str | None, member: str | None, kind: str) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class Services:
+    lab: Lab
+    engine: Engine
+    hosts: HostMonitor
+    jobs: JobManager
+    hub: EventHub
+    store: Store
+    token: str
+    """The bearer token every change must carry."""
+    commands: CommandQueues
+    """Job commands for agents that poll the API (the lab has no broker)."""
+    snapshot: Callable[[], dict[str, Any]]
+    """The whole picture, as a WebSocket or MQTT session starts with it."""
+    instruments_state: Callable[[], list[dict[str, Any]]]
+    """Each instrument's driver, connection state and identity, in lab-file order."""
+    drills: Drills | None = None
+    """Set after start-up by whoever runs the lab's GPU hosts in emulation (drills need
+    them); None: the API refuses drills."""

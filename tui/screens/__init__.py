@@ -1,0 +1,1 @@
+"""The dialogs over the tabs: a form, a yes/no question, the help."""

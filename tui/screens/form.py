@@ -1,0 +1,45 @@
+"""A few fields typed in turn, for a change that needs them (docs/tui.md)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label
+
+
+class FormScreen(ModalScreen[dict[str, str] | None]):
+    """A few fields typed in turn: Enter moves to the next and, in the last, submits;
+    Escape cancels. Answers each field's value by its id."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, fields: list[tuple[str, str, str]]) -> None:
+        """``fields``: (id, placeholder, initial value)."""
+        super().__init__()
+        self.title_text = title
+        self.fields = fields
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"{self.title_text} (Enter: next field, then go; Esc cancels)")
+            for field_id, placeholder, value in self.fields:
+                yield Input(value=value, placeholder=placeholder, id=field_id)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        ids = [f[0] for f in self.fields]
+        at = ids.index(str(event.input.id))
+        if at + 1 < len(ids):
+            self.query_one(f"#{ids[at + 1]}", Input).focus()
+            return
+        values = {i: self.query_one(f"#{i}", Input).value.strip() for i in ids}
+        if all(values.values()):
+            self.dismiss(values)
+        else:
+            self.notify("every field is needed", severity="warning")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,36 @@
+"""Help for the tab in view, and the keys that work everywhere."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label
+
+KEYS = ("1-5 tabs · / filter · c circuit · p raw pair · x break · m measure · d drill · "
+        "r resync · ? this help · ctrl+p command palette · q quit. When the daemon is "
+        "unreachable the title says STALE and the last picture is kept.")
+
+
+class HelpScreen(ModalScreen[None]):
+    """Help for the tab in view; any of Escape, ? or q closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"), Binding("question_mark", "close", "Close"),
+        Binding("q", "close", "Close")]
+
+    def __init__(self, text: str) -> None:
+        """``text``: what the tab in view shows and which keys act on it."""
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.text, id="help-tab")
+            yield Label(KEYS, id="help-keys")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

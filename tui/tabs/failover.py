@@ -1,0 +1,53 @@
+"""The Failover tab: the latest recovery's timeline, stage by stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Label
+
+from labd.vocabulary import STAGES
+from tui.tabs.pane import Pane
+
+
+class FailoverTab(Pane):
+    """The latest failover as the daemon last told it, filled in as its stages arrive."""
+
+    HELP = ("The latest recovery, stage by stage as it happens, in ms after the failure: "
+            "failure → reported → detected → spare chosen → switches acknowledged → "
+            "light verified → links up → job restarted → collectives ready → first step. "
+            "d runs a failover drill: a member's GPU fails, the daemon swaps a spare in, "
+            "then the member is repaired and returned to the spares.")
+    KEYS_AT = "#timeline"
+
+    def __init__(self) -> None:
+        super().__init__("Failover [3]", "failover")
+        self.latest: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label("no failover yet", id="failover-title")
+        yield DataTable(id="timeline", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns("stage", "ms after failure")
+
+    def show(self, timeline: dict[str, Any] | None) -> None:
+        self.latest = timeline
+        self.changed()
+
+    def draw(self) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        title = self.query_one("#failover-title", Label)
+        t = self.latest
+        if t is None:
+            title.update("no failover yet (d runs a drill where the hosts are emulated)")
+            return
+        plan = t.get("plan") or {}
+        title.update(f"#{t.get('id')} job {t['job']}: {t.get('trigger')} on {t['member']} → "
+                     f"{plan.get('spare', 'no spare')}: {t['outcome']} {t.get('detail') or ''}")
+        offsets = t.get("since_failure_ms", {})
+        for stage in STAGES:
+            value = offsets.get(stage)
+            table.add_row(stage, "…" if value is None else f"{value:.2f}", key=stage)
