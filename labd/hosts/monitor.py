@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from labd.events import Event, EventHub
+
+log = logging.getLogger(__name__)
 
 MISSED = 1.5
 
@@ -75,7 +78,10 @@ class HostMonitor:
     def _publish(self, kind: str, data: dict[str, Any]) -> None:
         event = self.hub.publish(kind, data)
         for listener in self._listeners:
-            listener.host_event(event)
+            try:
+                listener.host_event(event)
+            except Exception:  # a listener's bug must not stop the agents' messages
+                log.exception("a listener of host events failed on %s", event.kind)
 
     async def run(self) -> None:
         """Declare hosts lost when their heartbeats stop, until cancelled (the daemon runs

@@ -25,7 +25,8 @@ from labd.daemon.api import (
 from labd.daemon.services import Services
 from labd.lab.file import file_sha256
 
-ROUTERS = (meta, instruments, hosts, switches, jobs, drills, failovers, reconfigurations,
+#: In the order requests are matched: the reconfiguration routes, the hot path, first.
+ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
            events)
 
 
