@@ -29,12 +29,13 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import uvicorn
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import HTTPConnection
 
 
 class HostControl(Protocol):
@@ -115,98 +116,132 @@ class TimingBody(BaseModel):
     seed: int | None = None
 
 
+router = APIRouter()
+
+
+# async: a plain function would be run in a worker thread on every request
+async def lab_of(connection: HTTPConnection) -> ControlledLab:
+    """The lab ``create_app`` put on the app's state."""
+    lab: ControlledLab = connection.app.state.lab
+    return lab
+
+
+LabDep = Annotated[ControlledLab, Depends(lab_of)]
+
+
+@router.get("/v1/emulators")
+async def list_emulators(lab: LabDep) -> list[dict[str, Any]]:
+    return [lab.describe(i) for i in lab.devices]
+
+
+@router.get("/v1/emulators/{emulator_id}")
+async def get_emulator(emulator_id: str, lab: LabDep) -> dict[str, Any]:
+    return lab.describe(emulator_id)
+
+
+@router.get("/v1/emulators/{emulator_id}/truth")
+async def truth(lab: LabDep, emulator_id: str, since: int = Query(0, ge=0),
+                light_since: int = Query(0, ge=0), light: bool = True) -> dict[str, Any]:
+    return lab.truth(emulator_id, since, light_since, light=light)
+
+
+@router.get("/v1/light")
+async def light(lab: LabDep, since: int = Query(0, ge=0)) -> list[dict[str, Any]]:
+    return lab.light(since)
+
+
+@router.post("/v1/emulators/{emulator_id}/faults")
+async def inject(emulator_id: str, body: FaultBody, lab: LabDep) -> dict[str, Any]:
+    data = body.model_dump(exclude_none=True)
+    if body.count is None and "count" in body.model_fields_set:
+        data["count"] = None
+    return lab.inject(emulator_id, data)
+
+
+@router.delete("/v1/emulators/{emulator_id}/faults")
+async def clear(emulator_id: str, lab: LabDep) -> dict[str, Any]:
+    lab.clear_faults(emulator_id)
+    return lab.describe(emulator_id)
+
+
+@router.put("/v1/emulators/{emulator_id}/timing")
+async def timing(emulator_id: str, body: TimingBody, lab: LabDep) -> dict[str, Any]:
+    return lab.set_timing(emulator_id, body.model_dump(exclude_none=True))
+
+
+@router.put("/v1/emulators/{emulator_id}/power")
+async def power(emulator_id: str, body: PowerBody, lab: LabDep) -> dict[str, Any]:
+    return await lab.power(emulator_id, body.on)
+
+
+@router.post("/v1/emulators/{emulator_id}/reset")
+async def reset_one(emulator_id: str, lab: LabDep) -> dict[str, Any]:
+    lab.reset(emulator_id)
+    return lab.describe(emulator_id)
+
+
+@router.get("/v1/hosts")
+async def hosts(lab: LabDep) -> list[dict[str, Any]]:
+    return [h.describe() for h in lab.hosts.values()]
+
+
+@router.post("/v1/hosts/{host_id}/fail")
+async def fail_gpu(host_id: str, body: GpuFaultBody, lab: LabDep) -> dict[str, Any]:
+    host = lab.host(host_id)
+    at_ns = host.fail(body.gpu, body.signal)
+    return {**host.describe(), "injected_ns": at_ns}
+
+
+@router.post("/v1/hosts/{host_id}/heal")
+async def heal(lab: LabDep, host_id: str, gpu: int | None = None) -> dict[str, Any]:
+    host = lab.host(host_id)
+    host.heal(gpu)
+    return host.describe()
+
+
+@router.post("/v1/hosts/{host_id}/nics/{nic}")
+async def nic(host_id: str, nic: str, body: NicBody, lab: LabDep) -> dict[str, Any]:
+    host = lab.host(host_id)
+    host.nic_down(nic, not body.up)
+    return host.describe()
+
+
+@router.post("/v1/hosts/{host_id}/kill")
+async def kill(host_id: str, lab: LabDep) -> dict[str, Any]:
+    host = lab.host(host_id)
+    at_ns = await host.kill()
+    return {**host.describe(), "injected_ns": at_ns}
+
+
+@router.post("/v1/hosts/{host_id}/revive")
+async def revive(host_id: str, lab: LabDep) -> dict[str, Any]:
+    host = lab.host(host_id)
+    host.revive()
+    return host.describe()
+
+
+@router.post("/v1/reset")
+async def reset_all(lab: LabDep) -> dict[str, str]:
+    lab.reset()
+    return {"status": "reset"}
+
+
+async def _unknown(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, KeyError)
+    return JSONResponse({"detail": exc.args[0]}, status_code=404)
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=422)
+
+
 def create_app(lab: ControlledLab) -> FastAPI:
+    """The control endpoint's app on ``lab`` (its routes find it on ``app.state.lab``)."""
     app = FastAPI(title="labd emulator control", version="1")
-
-    @app.exception_handler(KeyError)
-    async def _unknown(request: Request, exc: KeyError) -> JSONResponse:
-        return JSONResponse({"detail": exc.args[0]}, status_code=404)
-
-    @app.exception_handler(ValueError)
-    async def _invalid(request: Request, exc: ValueError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
-
-    @app.get("/v1/emulators")
-    async def list_emulators() -> list[dict[str, Any]]:
-        return [lab.describe(i) for i in lab.devices]
-
-    @app.get("/v1/emulators/{emulator_id}")
-    async def get_emulator(emulator_id: str) -> dict[str, Any]:
-        return lab.describe(emulator_id)
-
-    @app.get("/v1/emulators/{emulator_id}/truth")
-    async def truth(emulator_id: str, since: int = Query(0, ge=0),
-                    light_since: int = Query(0, ge=0), light: bool = True) -> dict[str, Any]:
-        return lab.truth(emulator_id, since, light_since, light=light)
-
-    @app.get("/v1/light")
-    async def light(since: int = Query(0, ge=0)) -> list[dict[str, Any]]:
-        return lab.light(since)
-
-    @app.post("/v1/emulators/{emulator_id}/faults")
-    async def inject(emulator_id: str, body: FaultBody) -> dict[str, Any]:
-        data = body.model_dump(exclude_none=True)
-        if body.count is None and "count" in body.model_fields_set:
-            data["count"] = None
-        return lab.inject(emulator_id, data)
-
-    @app.delete("/v1/emulators/{emulator_id}/faults")
-    async def clear(emulator_id: str) -> dict[str, Any]:
-        lab.clear_faults(emulator_id)
-        return lab.describe(emulator_id)
-
-    @app.put("/v1/emulators/{emulator_id}/timing")
-    async def timing(emulator_id: str, body: TimingBody) -> dict[str, Any]:
-        return lab.set_timing(emulator_id, body.model_dump(exclude_none=True))
-
-    @app.put("/v1/emulators/{emulator_id}/power")
-    async def power(emulator_id: str, body: PowerBody) -> dict[str, Any]:
-        return await lab.power(emulator_id, body.on)
-
-    @app.post("/v1/emulators/{emulator_id}/reset")
-    async def reset_one(emulator_id: str) -> dict[str, Any]:
-        lab.reset(emulator_id)
-        return lab.describe(emulator_id)
-
-    @app.get("/v1/hosts")
-    async def hosts() -> list[dict[str, Any]]:
-        return [h.describe() for h in lab.hosts.values()]
-
-    @app.post("/v1/hosts/{host_id}/fail")
-    async def fail_gpu(host_id: str, body: GpuFaultBody) -> dict[str, Any]:
-        host = lab.host(host_id)
-        at_ns = host.fail(body.gpu, body.signal)
-        return {**host.describe(), "injected_ns": at_ns}
-
-    @app.post("/v1/hosts/{host_id}/heal")
-    async def heal(host_id: str, gpu: int | None = None) -> dict[str, Any]:
-        host = lab.host(host_id)
-        host.heal(gpu)
-        return host.describe()
-
-    @app.post("/v1/hosts/{host_id}/nics/{nic}")
-    async def nic(host_id: str, nic: str, body: NicBody) -> dict[str, Any]:
-        host = lab.host(host_id)
-        host.nic_down(nic, not body.up)
-        return host.describe()
-
-    @app.post("/v1/hosts/{host_id}/kill")
-    async def kill(host_id: str) -> dict[str, Any]:
-        host = lab.host(host_id)
-        at_ns = await host.kill()
-        return {**host.describe(), "injected_ns": at_ns}
-
-    @app.post("/v1/hosts/{host_id}/revive")
-    async def revive(host_id: str) -> dict[str, Any]:
-        host = lab.host(host_id)
-        host.revive()
-        return host.describe()
-
-    @app.post("/v1/reset")
-    async def reset_all() -> dict[str, str]:
-        lab.reset()
-        return {"status": "reset"}
-
+    app.add_exception_handler(KeyError, _unknown)
+    app.add_exception_handler(ValueError, _invalid)
+    app.include_router(router)
+    app.state.lab = lab
     return app
 
 

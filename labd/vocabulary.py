@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: A reconfiguration's phases, in order, each a CLOCK_MONOTONIC time in ns (docs/daemon.md):
 #: asked for, first command sent, first light-moving command sent, its reply, light seen on
@@ -32,6 +33,12 @@ def span_ns(phases: Mapping[str, int | None], start: str, end: str) -> int | Non
     """The time from phase ``start`` to phase ``end``; None where either was not reached."""
     a, b = phases.get(start), phases.get(end)
     return None if a is None or b is None else b - a
+
+
+def span_ms(row: Mapping[str, Any], start: str, end: str) -> float | None:
+    """A reconfiguration's span in ms, from its ``phases`` as the API gives them."""
+    ns = span_ns(row.get("phases") or {}, start, end)
+    return None if ns is None else ns / 1e6
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -107,3 +107,22 @@ def write_lab(tmp_path: Path, tag: str, *parts: str, name: str | None = None,
     path = tmp_path / file
     path.write_text(f'[lab]\nname = "{name}"\n' + "".join(parts))
     return name, path
+
+
+HOSTS = (("h0", "r1"), ("h1", "r1"), ("h2", "r2"), ("h3", "r2"), ("s0", "r1"), ("s1", "r2"))
+
+
+def ring_lab(recovery: str = "automatic") -> str:
+    """The failover tests' lab: a ring job of four GPU hosts with two spares (``HOSTS``:
+    name and rack), on one 16x16 OCS (10 ms switch model), a monitor tap on every
+    receiver."""
+    parts = [switch(size="16x16", technology="beam-steering", switch_ms=10), meter(channels=8)]
+    for i, (name, rack) in enumerate(HOSTS):
+        nic = f"{name}.nic0"
+        parts += [endpoint(nic, launch_dbm=0.0), fiber(nic, f"ocs1:{i + 1}"),
+                  fiber(f"ocs1:{17 + i}", nic, tap=f"pm1:{i + 1}", tap_ratio=0.05),
+                  host(name, rack=rack, heartbeat_s=0.5)]
+    parts.append(job("ring4", [f"{name}.nic0" for name, _ in HOSTS[:4]],
+                     spares=["s0.nic0", "s1.nic0"], recovery=recovery, link_timeout_s=10,
+                     start_timeout_s=20, emulator={"init_ms": 20, "step_ms": 10}))
+    return "".join(parts)

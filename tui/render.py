@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.text import Text
 
-from labd.measure.campaign import span_ms
+from labd.vocabulary import span_ms
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -42,7 +42,6 @@ def emulate(
                 print(json.dumps(line), flush=True)
             for host in hosts:
                 host.start()
-                emulated.hosts[host.id] = host
                 print(json.dumps({"id": host.id, "driver": "agent", "endpoint": mqtt}),
                       flush=True)
             if resolved is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +61,6 @@ class Daemon:
         self.lab = lab
         self.host, self.port = host, port
         self._token = token
-        self.token = token or ""
-        """The bearer token every change needs: ``token``, else found (or made) at start-up
-        (labd.token)."""
         self.restore = restore
         self.store = Store(db)
         self.hub = EventHub(self.snapshot)
@@ -85,7 +83,7 @@ class Daemon:
         self.hosts.listen(self.jobs)
         self.services = Services(
             lab=lab, engine=self.engine, hosts=self.hosts, jobs=self.jobs, hub=self.hub,
-            store=self.store, token=self.token, commands=self.commands,
+            store=self.store, token=token or "", commands=self.commands,
             snapshot=self.snapshot, instruments_state=self.instruments_state)
         self.bus: MqttBridge | None = None
         if mqtt:
@@ -100,6 +98,12 @@ class Daemon:
         self._loops: list[asyncio.Task[None]] = []
         self._serving: asyncio.Task[None] | None = None
         self._running = False
+
+    @property
+    def token(self) -> str:
+        """The bearer token every change needs: ``token``, else found (or made) at start-up
+        (labd.token)."""
+        return self.services.token
 
     @property
     def drills(self) -> Drills | None:
@@ -159,13 +163,9 @@ class Daemon:
                         traceback: Any) -> None:
         await self._stop(error)
 
-    async def start(self) -> StartupReport:
-        """``async with``'s start-up, for callers that stop the daemon with ``stop()``."""
-        await self._start()
-        return self.report
-
     async def stop(self) -> None:
-        """``async with``'s shut-down; stopping a stopped daemon does nothing."""
+        """Stop before the block is left (as a daemon that goes away would: a test of its
+        clients, a signal); leaving the block then does nothing more."""
         await self._stop(None)
 
     async def _start(self) -> None:
@@ -173,7 +173,7 @@ class Daemon:
             raise RuntimeError("the daemon is already running")
         self._running = True
         try:
-            self.token = self.services.token = load_or_make_token(self._token)
+            self.services.token = load_or_make_token(self._token)
             await self.store.open()
             self.report = await self._open_instruments()
             await self._reconcile(self.report)
@@ -253,12 +253,23 @@ class Daemon:
         group, self._group = self._group, None
         try:
             if group is not None:
-                await self._stop_loops()
+                # Stopped in full even when the group cancels this task meanwhile (a loop
+                # failed): the streams must be closed and the server must exit either way.
+                if await _to_the_end(self._stop_loops()) and not isinstance(
+                        error, asyncio.CancelledError):
+                    error = asyncio.CancelledError()
                 # A cancellation is the group's to account for (it may have asked for it,
                 # because a loop failed); any other error is the block's own to raise.
-                await group.__aexit__(*((type(error), error, error.__traceback__)
-                                        if isinstance(error, asyncio.CancelledError)
-                                        else (None, None, None)))
+                try:
+                    await group.__aexit__(*((type(error), error, error.__traceback__)
+                                            if isinstance(error, asyncio.CancelledError)
+                                            else (None, None, None)))
+                except BaseExceptionGroup as failed:
+                    # One loop failed: its own error, so that the command running the
+                    # daemon reports it as it reports any other (a message, not a group).
+                    if len(failed.exceptions) == 1:
+                        raise failed.exceptions[0] from None
+                    raise
         finally:
             for driver in self.drivers.values():
                 await driver.close()
@@ -279,6 +290,20 @@ class Daemon:
             self._server.should_exit = True
             await asyncio.wait([serving], timeout=SERVER_EXIT_S)
             serving.cancel()
+
+
+async def _to_the_end(work: Coroutine[Any, Any, None]) -> bool:
+    """Await ``work`` to its end even if this task is cancelled meanwhile; whether it was
+    (the caller still owes that cancellation to whoever asked for it)."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    return cancelled
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,10 +26,12 @@ from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
 from labd.events import EventHub
 from labd.vocabulary import ACTIVE, STAGES
 
+log = logging.getLogger(__name__)
+
 FINAL = ("recovered", "no-spare", "declined", "recorded", "failed", "timeout", "skipped")
 
 
-class Rig(Protocol):
+class DrillRig(Protocol):
     """What a drill needs of a rig (labd.emulation.rig.Rig): the daemon, and the emulators'
     control endpoint to fail and repair GPUs and hosts."""
 
@@ -124,7 +127,7 @@ def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
     return check
 
 
-async def run_drill(rig: Rig, job: str, rng: random.Random, *, kind: str = "gpu",
+async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = "gpu",
                     signal: str = "xid79", timeout: float = 60,
                     member: str | None = None) -> DrillResult:
     """Fail one member (``member``, or one at random) of a running job and wait for its
@@ -158,7 +161,7 @@ async def run_drill(rig: Rig, job: str, rng: random.Random, *, kind: str = "gpu"
     return DrillResult(kind, member, injected, timeline, truth, host.heartbeat_s)
 
 
-async def repair(rig: Rig, result: DrillResult, job: str, timeout: float = 30) -> None:
+async def repair(rig: DrillRig, result: DrillResult, job: str, timeout: float = 30) -> None:
     """Heal (or revive) the failed member's host and give the member back as a spare."""
     daemon = rig.daemon
     where = daemon.lab.placement(result.member)
@@ -181,7 +184,7 @@ class DrillService:
     member and gives it back as a spare, so the next drill finds the lab as the first did.
     Each step is published as a ``drill`` event; the recovery itself as ``failover``."""
 
-    def __init__(self, rig: Rig) -> None:
+    def __init__(self, rig: DrillRig) -> None:
         self.rig = rig
         self.task: asyncio.Task[None] | None = None
         self.rng = random.Random()
@@ -229,6 +232,9 @@ class DrillService:
             say("done", member=result.member, outcome=result.timeline["outcome"])
         except (LabdError, InstrumentError) as exc:
             say("failed", detail=str(exc))
+        except Exception as exc:  # a bug: still the drill's end, for those waiting on it
+            log.exception("the failover drill on job %s broke", job)
+            say("failed", detail=f"the drill broke: {type(exc).__name__}: {exc}")
 
     async def close(self) -> None:
         if self.task is not None:
@@ -236,8 +242,6 @@ class DrillService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
-
-# -- labd measure failover -----------------------------------------------------------------
 def timeline_table(result: DrillResult) -> Table:
     """One recovery, stage by stage: when (after the failure) and how long each step took."""
     t = result.timeline

@@ -208,4 +208,7 @@ def emulated_hosts(lab: Lab, mqtt: str | None, emulated: EmulatedLab | None = No
             f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
             "emulate = true: their agents need a broker; give --mqtt URL"])
     light = emulated.power_now if emulated is not None and emulated.optics else None
-    return [EmulatedHost(lab, h, mqtt, light, None if mqtt else daemon) for h in wanted]
+    hosts = [EmulatedHost(lab, h, mqtt, light, None if mqtt else daemon) for h in wanted]
+    if emulated is not None:  # the control endpoint fails, kills and revives them
+        emulated.hosts.update((host.id, host) for host in hosts)
+    return hosts

@@ -57,10 +57,10 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
     stop them all (and clear the retained MQTT status the hosts and the daemon leave).
 
     Hosts (unless ``hosts`` is false) report to ``mqtt``, or without one to the daemon over
-    HTTP. With ``apart`` the emulators run in a ``labd emulate`` process of their own, as
-    hardware would: the daemon's timings are then not shared with the devices' work on one
-    event loop (the hosts too run there, and only with a broker). Failover drills through
-    the API (``POST /v1/drills/failover``) are offered wherever the lab has emulated hosts.
+    HTTP. With ``apart`` the instruments' emulators run in a ``labd emulate`` process of
+    their own, as hardware would: the daemon's timings are then not shared with the devices'
+    work on one event loop (no hosts are played then). Failover drills through the API
+    (``POST /v1/drills/failover``) are offered wherever hosts are played.
     Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
     daemon's last word (``offline``) is for the lab's subscribers.
@@ -68,7 +68,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
     async with contextlib.AsyncExitStack() as stack:
         emulated: EmulatedLab | None = None
         if apart:
-            process = await spawn_emulators(lab.source, mqtt=mqtt if hosts else None)
+            process = await spawn_emulators(lab.source)
             stack.push_async_callback(process.stop)
             addresses, control = dict(process.endpoints), process.control
         else:
@@ -78,32 +78,47 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
             control = emulated.control_url
         backdoor = Backdoor(control)
         stack.push_async_callback(backdoor.close)
-        if mqtt is not None and tidy:  # after the daemon has said its last word
-            stack.push_async_callback(clear_retained, lab.lab.name,
-                                      [h.id for h in lab.host], mqtt)
+        played_hosts: list[EmulatedHost] = []
+        started = False
+
+        async def tidy_up() -> None:
+            # Only once this rig's daemon served (another may serve a lab of that name).
+            if started:
+                await clear_retained(lab.lab.name, [h.id for h in lab.host], mqtt or "")
+
+        if mqtt is not None and tidy:  # after the daemon and the hosts said their last word
+            stack.push_async_callback(tidy_up)
+        # The hosts stop after the daemon: a host that goes away while the daemon watches
+        # would be recovered from, and the rig's end is no failure.
+        stack.push_async_callback(_stop_hosts, played_hosts)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
             restore=restore, light_window_s=light_window_s, mqtt=mqtt))
-        rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated)
-        played = hosts and any(h.emulate for h in lab.host)
-        if emulated is not None and played:
+        started = True
+        rig = Rig(daemon, backdoor, hosts=played_hosts, addresses=addresses,
+                  emulated=emulated)
+        if emulated is not None and hosts:
             # Agents with emulated GPUs, once the daemon listens (without a broker they
             # report to its API).
-            rig.hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
+            played_hosts += emulated_hosts(lab, mqtt, emulated,
+                                           daemon=(daemon.url, daemon.token))
             if rig.hosts and daemon.bus is not None:
                 # Their first messages should find the daemon listening; a broker that
                 # is not there yet is the bridge's to retry.
                 with contextlib.suppress(TimeoutError):
                     await daemon.bus.wait_sessions(1, timeout=10)
             for emulated_host in rig.hosts:
-                stack.push_async_callback(emulated_host.stop)
                 emulated_host.start()
-                emulated.hosts[emulated_host.id] = emulated_host
-        if rig.hosts or (played and apart and mqtt is not None):
+        if rig.hosts:
             drills = DrillService(rig)
             daemon.drills = drills
             stack.push_async_callback(drills.close)
         yield rig
+
+
+async def _stop_hosts(hosts: list[EmulatedHost]) -> None:
+    for emulated_host in hosts:
+        await emulated_host.stop()
 
 
 async def clear_retained(lab: str, hosts: Iterable[str], mqtt: str) -> None:

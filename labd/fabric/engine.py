@@ -45,10 +45,6 @@ def log_resolution(window_s: float, finest_s: float) -> float:
     coarser where the window would take more than a meter's bounded number of points."""
     return max(finest_s, window_s / MAX_LOG_POINTS)
 
-#: A reconfiguration's moments, in order (monotonic ns). ``activated`` is when the command
-#: that moves the light left: ``dispatched``, but on a switch that prepares a change first.
-
-
 @dataclass
 class Result:
     id: int

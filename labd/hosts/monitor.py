@@ -80,13 +80,11 @@ class HostMonitor:
         for listener in self._listeners:
             try:
                 listener.host_event(event)
-            except Exception:  # a listener's bug must not stop the agents' messages
+            except Exception as exc:  # a listener's bug must not stop the agents' messages
                 log.exception("a listener of host events failed on %s", event.kind)
-
-    async def run(self) -> None:
-        """Declare hosts lost when their heartbeats stop, until cancelled (the daemon runs
-        it among its background loops)."""
-        await self._watch()
+                self.hub.publish("warning", {"detail": (
+                    f"{event.kind} from host {event.data.get('host')} was not acted on: "
+                    f"{type(exc).__name__}: {exc}")})
 
     def handle(self, host: str, kind: str, payload: bytes) -> str | None:
         """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is
@@ -178,10 +176,11 @@ class HostMonitor:
         self._publish("warning", {"detail": detail})
         return detail
 
-    async def _watch(self) -> None:
-        """Declare hosts lost 1.5 intervals after their last heartbeat was sent: the timer
-        is set for the earliest such moment, so a host that dies is declared lost within
-        1.5 intervals of its death, not a polling period later."""
+    async def run(self) -> None:
+        """Declare hosts lost 1.5 intervals after their last heartbeat was sent, until
+        cancelled (the daemon runs it among its background loops): the timer is set for the
+        earliest such moment, so a host that dies is declared lost within 1.5 intervals of
+        its death, not a polling period later."""
         while True:
             now = time.monotonic_ns()
             due = []

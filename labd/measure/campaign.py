@@ -23,7 +23,7 @@ from typing import Any
 
 from labd.client.api import DaemonClient
 from labd.errors import CampaignError
-from labd.vocabulary import SPANS, percentile, span_ns
+from labd.vocabulary import SPANS, percentile, span_ms
 
 PATTERNS = ("toggle", "random", "permutation", "sweep")
 #: Phase spans reported, each (name, from phase, to phase).
@@ -153,11 +153,6 @@ def body_pairs(body: dict[str, Any], pairs: list[tuple[int, int]]) -> list[tuple
     """The pairs a break step takes down (to make them first when a campaign resumes)."""
     ports = set(body["ports"])
     return [p for p in pairs if p[0] in ports]
-
-
-def span_ms(row: dict[str, Any], start: str, end: str) -> float | None:
-    ns = span_ns(row.get("phases") or {}, start, end)
-    return None if ns is None else ns / 1e6
 
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

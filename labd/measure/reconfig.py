@@ -32,9 +32,9 @@ from labd.client.api import DaemonClient
 from labd.client.control import Backdoor
 from labd.errors import BackdoorError, CampaignError, LabdError
 from labd.lab.file import file_sha256, load_lab
-from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig, span_ms
+from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig
 from labd.measure.runs import Run, RunStore
-from labd.vocabulary import PHASES, SPANS, percentile
+from labd.vocabulary import PHASES, SPANS, percentile, span_ms
 
 
 @dataclass
@@ -98,8 +98,8 @@ def slim(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def row_values(row: dict[str, Any]) -> dict[str, float]:
-    """The figures of one row, in ms: each span of labd.measure.campaign.SPANS, and where the lab
-    was emulated, the device's true time and labd's excess over it (of the switching time:
+    """The figures of one row, in ms: each span of labd.vocabulary.SPANS, and where the lab was
+    emulated, the device's true time and labd's excess over it (of the switching time:
     the emulator times the mirrors from the command that moves them)."""
     values = {name: v for name, a, b in SPANS if (v := span_ms(row, a, b)) is not None}
     if "switching" not in values and "device" in values:  # rows kept before it was recorded

@@ -97,7 +97,6 @@ async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
         hosts = emulated_hosts(daemon.lab, MQTT, emulated)
         for emulated_host in hosts:
             emulated_host.start()
-            emulated.hosts[emulated_host.id] = emulated_host
         try:
             first = await next_event(sub, "nic.link")  # each NIC reports its first state
             second = await next_event(sub, "nic.link")

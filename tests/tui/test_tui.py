@@ -11,11 +11,11 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
 
-from labd.emulation.drill import Rig
+from labd.emulation.rig import Rig
 from labd.errors import DaemonError
 from labd.measure.campaign import summary
 from labd.vocabulary import SPANS, percentile
-from tests.hosts.test_failover import lab_body
+from tests.labs import ring_lab
 from tests.rigs import Background, background_rig
 from tui.app import LabApp
 from tui.render import sparkline
@@ -193,7 +193,7 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
 
 
 async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
-    async with attached(tmp_path, "tui5", lab_body()) as (rig, app, pilot):
+    async with attached(tmp_path, "tui5", ring_lab()) as (rig, app, pilot):
         await pilot.press("d", "y")  # the job is not running yet: the drill starts it
         await until(app, lambda: "drill done" in app.changes.last_notice, timeout=90)
         assert app.query_one(TabbedContent).active == "failover"

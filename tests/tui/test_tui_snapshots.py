@@ -18,10 +18,11 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from labd.emulation.drill import Rig, hosts_ready, wait_for
+from labd.emulation.drill import hosts_ready, wait_for
+from labd.emulation.rig import Rig
 from labd.store.models import FailoverTimeline
 from labd.store.store import ReconfigurationRecord
-from tests.hosts.test_failover import lab_body
+from tests.labs import ring_lab
 from tests.rigs import background_rig
 from tests.tui.test_tui import LAB
 from tui.app import LabApp
@@ -66,7 +67,7 @@ def test_help_and_the_circuit_dialog(snap_compare: Any, tmp_path: Path) -> None:
 
 
 def test_hosts_with_a_job_and_spares(snap_compare: Any, tmp_path: Path) -> None:
-    with background_rig(tmp_path, "snap3", lab_body()) as bg:
+    with background_rig(tmp_path, "snap3", ring_lab()) as bg:
         bg.run(lambda rig: wait_for(rig.daemon.hub, lambda: hosts_ready(rig.daemon), 30,
                                     "every host online"))
         app = LabApp(bg.rig.daemon.url, "t")

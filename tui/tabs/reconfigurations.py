@@ -18,9 +18,8 @@ from labd.measure.campaign import (
     free_ports,
     planned,
     run_reconfig,
-    span_ms,
 )
-from labd.vocabulary import SPANS, percentile
+from labd.vocabulary import SPANS, percentile, span_ms
 from tui.render import reconfiguration_cells, sparkline
 from tui.tabs.pane import Pane
 
