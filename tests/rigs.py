@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from labd.daemon.core import Daemon
 from labd.emulation.rig import Rig, emulated_rig
+from labd.events import Event, Subscription
 from labd.lab.file import load_lab
 from tests.broker import require_broker
 from tests.labs import write_lab
@@ -98,3 +99,12 @@ def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
     finally:
         background.loop.call_soon_threadsafe(box["stop"].set)
         thread.join(60)
+
+
+async def next_event(sub: Subscription, kind: str, timeout: float = 15) -> Event:
+    """The next ``kind`` event on a subscription to the daemon's event stream."""
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await sub.next()
+            if event is not None and event.kind == kind:
+                return event

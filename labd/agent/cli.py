@@ -7,25 +7,21 @@ web server: only typer and rich here, and the agent's own parts once it runs
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shlex
-import signal
 import sys
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from labd.errors import LabdError, NvmlUnavailable
+from labd.terminal import console, fail, run_until_signalled
 
 if TYPE_CHECKING:
     from labd.agent.agent import Agent
 
 # The same consoles as the labd command's: a wide line when the output is a file or a log.
-console = Console(width=None if sys.stdout.isatty() else 132)
-err_console = Console(stderr=True)
 
 
 def agent(
@@ -62,7 +58,7 @@ def agent(
     from labd.agent.nvml import NvmlBackend
 
     if (mqtt is None) == (daemon is None):
-        raise _fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
+        raise fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
     commands = {name: shlex.split(command) for name, command in
                 _assignments(job, "--job", "JOB=COMMAND, e.g. ring4='torchrun train.py'").items()}
     interfaces = _assignments(nic, "--nic", "ENDPOINT=INTERFACE, e.g. h0.nic0=ens1f0")
@@ -80,13 +76,13 @@ def agent(
             except NvmlUnavailable:
                 chosen, backend = SmiBackend(), "nvidia-smi"
         else:
-            raise _fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
+            raise fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
         runner = Agent(lab=lab, host=host, backend=chosen, mqtt=mqtt, daemon=daemon,
                        token=_token(token) if daemon else None,
                        interval=interval, expected_gpus=gpus, jobs=commands,
                        nics=SysfsNics(interfaces) if interfaces else None)
     except LabdError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt or daemon} every "
                   f"{interval:g} s ({backend}); jobs: {', '.join(commands) or 'none'}; "
                   f"NICs: {', '.join(interfaces) or 'none'}")
@@ -108,21 +104,9 @@ def _serve(runner: Agent) -> None:
     """Run the agent until SIGINT or SIGTERM; a start-up failure is one clear message."""
     from labd.agent.agent import run_agent
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_agent(runner, stop)
-
-    try:
-        # The standard loop, not uvloop: the agent starts job processes while it talks MQTT
-        # (labd/runtime.py says why that needs it).
-        asyncio.run(serve())
-    except OSError as exc:
-        raise _fail(f"cannot start the agent: {exc}") from None
-    except LabdError as exc:
-        raise _fail(str(exc)) from None
+    # spawns: the standard loop, not uvloop: the agent starts job processes while it talks
+    # MQTT (labd/runtime.py says why that needs it).
+    run_until_signalled("the agent", partial(run_agent, runner), spawns=True)
 
 
 def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, str]:
@@ -131,9 +115,9 @@ def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, 
     for value in values or []:
         name, sep, rest = value.partition("=")
         if not sep or not name.strip() or not rest.strip():
-            raise _fail(f"{option} {value!r}: expected {what}")
+            raise fail(f"{option} {value!r}: expected {what}")
         if name.strip() in out:
-            raise _fail(f"{option}: {name.strip()!r} is given twice")
+            raise fail(f"{option}: {name.strip()!r} is given twice")
         out[name.strip()] = rest.strip()
     return out
 
@@ -144,12 +128,7 @@ def _token(explicit: str | None) -> str:
 
     found = find_token(explicit)
     if found is None:
-        raise _fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or "
+        raise fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or "
                     f"copy the daemon's token file to {token_path()}")
     return found
 
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    # The labd command's form of a user's mistake; escape: a message may hold brackets.
-    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(code)

@@ -1,34 +1,16 @@
-"""What the commands share: the consoles, a user's mistake as one message and an exit code,
-loading a lab file, and running a service until it is told to stop."""
+"""What the commands share: what every command-line entry of labd does (labd.terminal: the
+consoles, a user's mistake as one message and an exit code, a service run until it is told
+to stop), and loading a lab file."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import typer
-from rich.console import Console
-from rich.markup import escape
-
-from labd.errors import LabdError, LabFileError
-from labd.runtime import run
+from labd.errors import LabFileError
+from labd.terminal import console, err_console, fail, run_until_signalled
 
 if TYPE_CHECKING:
     from labd.lab.file import Lab
-
-# Reports are wide tables: when the output is a file or a CI log, do not squeeze them to 80.
-console = Console(width=None if sys.stdout.isatty() else 132)
-err_console = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print ``message`` as an error; the caller raises what this returns."""
-    # escape: messages quote lab-file sections like [[instrument]], which are not markup
-    err_console.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(code)
 
 
 def load(lab: str) -> Lab:
@@ -42,21 +24,4 @@ def load(lab: str) -> Lab:
         raise fail("the lab file has problems:\n  " + "\n  ".join(exc.problems)) from None
 
 
-def run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[None]], *,
-                        spawns: bool = False) -> None:
-    """Run a long-lived service until SIGINT or SIGTERM, then let it shut down cleanly;
-    a start-up failure is one clear message."""
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await body(stop)
-
-    try:
-        run(main(), spawns=spawns)
-    except OSError as exc:
-        raise fail(f"cannot start {what}: {exc}") from None
-    except LabdError as exc:
-        raise fail(str(exc)) from None
+__all__ = ["console", "err_console", "fail", "load", "run_until_signalled"]

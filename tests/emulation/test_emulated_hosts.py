@@ -11,19 +11,10 @@ import httpx
 from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_hosts
 from labd.emulation.rig import clear_retained
-from labd.events import Event
 from labd.lab.file import load_lab
 from tests.broker import MQTT, require_broker
 from tests.labs import endpoint, fiber, host, switch, write_lab
-from tests.rigs import StartRig
-
-
-async def next_event(sub, kind: str, timeout: float = 15) -> Event:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while True:
-            event = await sub.next()
-            if event is not None and event.kind == kind:
-                return event
+from tests.rigs import StartRig, next_event
 
 
 async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:

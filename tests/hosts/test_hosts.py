@@ -9,19 +9,10 @@ import httpx
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.emulation.rig import clear_retained
-from labd.events import Event
 from tests.broker import MQTT, require_broker
 from tests.daemon.test_bus import CuttableProxy
 from tests.labs import endpoint, host, unique_name
-from tests.rigs import StartRig
-
-
-async def next_event(sub, kind: str, timeout: float = 10) -> Event:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while True:
-            event = await sub.next()
-            if event is not None and event.kind == kind:
-                return event
+from tests.rigs import StartRig, next_event
 
 
 class HangingBackend(EmulatedBackend):
