@@ -78,7 +78,6 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
             control = emulated.control_url
         backdoor = Backdoor(control)
         stack.push_async_callback(backdoor.close)
-        played_hosts: list[EmulatedHost] = []
         started = False
 
         async def tidy_up() -> None:
@@ -86,22 +85,20 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
             if started:
                 await clear_retained(lab.lab.name, [h.id for h in lab.host], mqtt or "")
 
-        if mqtt is not None and tidy:  # after the daemon and the hosts said their last word
+        if mqtt is not None and tidy:  # after the hosts and the daemon said their last word
             stack.push_async_callback(tidy_up)
-        # The hosts stop after the daemon: a host that goes away while the daemon watches
-        # would be recovered from, and the rig's end is no failure.
-        stack.push_async_callback(_stop_hosts, played_hosts)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
             restore=restore, light_window_s=light_window_s, mqtt=mqtt))
         started = True
-        rig = Rig(daemon, backdoor, hosts=played_hosts, addresses=addresses,
-                  emulated=emulated)
+        rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated)
         if emulated is not None and hosts:
             # Agents with emulated GPUs, once the daemon listens (without a broker they
             # report to its API).
-            played_hosts += emulated_hosts(lab, mqtt, emulated,
-                                           daemon=(daemon.url, daemon.token))
+            rig.hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
+            stack.push_async_callback(_stop_hosts, rig.hosts)
+            # Before they go: the rig's end is no failure to recover from.
+            stack.callback(daemon.hosts.unlisten, daemon.jobs)
             if rig.hosts and daemon.bus is not None:
                 # Their first messages should find the daemon listening; a broker that
                 # is not there yet is the bridge's to retry.

@@ -75,6 +75,12 @@ class HostMonitor:
         """Call ``listener.host_event`` with every host event from now on."""
         self._listeners.append(listener)
 
+    def unlisten(self, listener: HostListener) -> None:
+        """No more host events for ``listener`` (a run that is ending: its hosts' goodbyes
+        are no failures)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def _publish(self, kind: str, data: dict[str, Any]) -> None:
         event = self.hub.publish(kind, data)
         for listener in self._listeners:

@@ -21,6 +21,7 @@ from labd.emulation.rig import Rig
 from labd.hosts.jobs import JobManager
 from labd.lab.wiring import trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
+from labd.store.store import Store
 from tests.broker import BROKER, MQTT
 from tests.labs import ring_lab
 from tests.rigs import StartRig
@@ -352,3 +353,23 @@ async def test_drills_through_the_api(start_rig: StartRig) -> None:
         (timeline,) = await daemon.store.read(
             lambda s: [r.outcome for r in s.scalars(select(FailoverTimeline))])
         assert timeline == "recovered"
+
+
+@bounded(50)
+async def test_the_end_of_a_run_is_no_failure(start_rig: StartRig, tmp_path: Path) -> None:
+    """Leaving the rig stops its hosts, whose agents say offline as they go: the daemon,
+    still up, must not take that for a failure of the running job."""
+    async with start_rig("fo7", ring_lab(), mqtt=MQTT) as rig:
+        await running(rig)
+        hub = rig.daemon.hub
+        _, sub = hub.subscribe()
+    events = []
+    while (event := sub.queue.get_nowait()) is not None:
+        events.append(event.kind)
+    assert "failover" not in events
+    store = Store(tmp_path / "s.sqlite")
+    await store.open()
+    try:
+        assert await store.read(lambda s: list(s.scalars(select(FailoverTimeline)))) == []
+    finally:
+        await store.close()
