@@ -37,6 +37,9 @@ class Subscription:
 
     def close(self) -> None:
         self._hub._subscribers.discard(self)
+        self._hub._ending.discard(self)
+        if not self._hub._ending:
+            self._hub._ended.set()
 
 
 class EventHub:
@@ -44,6 +47,9 @@ class EventHub:
         self._seq = itertools.count(1)
         self.last_seq = 0
         self._subscribers: set[Subscription] = set()
+        self._ending: set[Subscription] = set()
+        """Subscribers told of the end (``close``) that have not closed yet."""
+        self._ended = asyncio.Event()
         self.snapshot = snapshot or (lambda: {})
 
     def publish(self, kind: str, data: dict[str, Any]) -> Event:
@@ -63,10 +69,23 @@ class EventHub:
 
     def close(self) -> None:
         """End every subscription (the daemon is stopping): each gets the end marker."""
-        for sub in list(self._subscribers):
-            sub.close()
+        subscribers = list(self._subscribers)
+        self._ending.update(subscribers)
+        for sub in subscribers:
+            self._subscribers.discard(sub)
             with contextlib.suppress(asyncio.QueueFull):
                 sub.queue.put_nowait(None)
+        if self._ending:
+            self._ended.clear()
+        else:
+            self._ended.set()
+
+    async def wait_ended(self, timeout: float) -> None:
+        """After ``close``: until every subscriber has read the end and closed its
+        subscription (a WebSocket client has been told why), or ``timeout`` s."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._ended.wait()
 
     def subscribe(self, size: int = 10_000) -> tuple[dict[str, Any], Subscription]:
         """A snapshot and the subscription that continues from it (no event lost between)."""

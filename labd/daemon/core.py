@@ -43,6 +43,8 @@ __all__ = ["DEFAULT_PORT", "Daemon", "Drills", "StartupReport"]
 DEFAULT_PORT = 8470
 #: How long the HTTP server may take to finish its requests when the daemon stops.
 SERVER_EXIT_S = 5.0
+#: How long the event stream's readers may take to read its end when the daemon stops.
+READERS_EXIT_S = 2.0
 
 
 @dataclass
@@ -284,6 +286,7 @@ class Daemon:
         if loops:
             await asyncio.wait(loops)
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
+        await self.hub.wait_ended(READERS_EXIT_S)  # and have been, before it closes them
         self.commands.close()  # and agents' command polls are answered
         serving, self._serving = self._serving, None
         if self._server is not None and serving is not None:
