@@ -10,7 +10,9 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     LabdError
     ├── LabFileError           the lab file cannot be used (file, entry and field named)
     ├── StoreError             the record cannot be opened or written
-    ├── BusError               the MQTT broker's address cannot be used
+    ├── BusError               the MQTT broker or its settings cannot be used
+    │   ├── PayloadError       a message too large, too deep or not JSON
+    │   └── RefusedMessage     a message not signed by who it claims, or replayed
     ├── RequestError           a request that cannot be carried out as asked  (HTTP 422)
     │   ├── NotFound           it names something the lab does not have       (404)
     │   │   ├── UnknownSwitch
@@ -58,7 +60,17 @@ class StoreError(LabdError):
 
 
 class BusError(LabdError):
-    """The MQTT settings cannot be used."""
+    """The MQTT broker or its settings cannot be used."""
+
+
+class PayloadError(BusError):
+    """A message from the bus is too large, nests too deeply, or is not the JSON expected;
+    it changes nothing."""
+
+
+class RefusedMessage(BusError):
+    """A message from the bus is not signed by who it claims to come from, or is a replay;
+    it changes nothing."""
 
 
 # -- requests (the API answers each with a status: labd.daemon.api.errors) -------------------

@@ -17,12 +17,13 @@ from labd.daemon.core import Daemon
 from labd.emulation.rig import Rig, emulated_rig
 from labd.events import Event, Subscription
 from labd.lab.file import load_lab
+from labd.mqtt.credentials import BusSettings
 from tests.broker import require_broker
 from tests.labs import write_lab
 
 
 @contextlib.asynccontextmanager
-async def rig_on(tmp_path: Path, tag: str, *parts: str, mqtt: str | None = None,
+async def rig_on(tmp_path: Path, tag: str, *parts: str, mqtt: str | BusSettings | None = None,
                  name: str | None = None, **options: Any) -> AsyncIterator[Rig]:
     """An emulated rig on a lab of ``parts`` (tests.labs) written in ``tmp_path`` under a
     name no other run uses (or ``name``), its store there too; with ``mqtt``, on that
@@ -42,7 +43,7 @@ class StartRig(Protocol):
         async with start_rig("camp", switch(switch_ms=1), token="t") as rig: ...
     """
 
-    def __call__(self, tag: str, *parts: str, mqtt: str | None = None,
+    def __call__(self, tag: str, *parts: str, mqtt: str | BusSettings | None = None,
                  name: str | None = None, **options: Any
                  ) -> contextlib.AbstractAsyncContextManager[Rig]: ...
 

@@ -27,14 +27,15 @@ from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, http_link, mqtt_link
 from labd.agent.nics import Nics
 from labd.errors import AgentError, LinkDown, SmiError
-from labd.mqtt import parse_url
+from labd.mqtt.credentials import BusSettings
 
 
 class Agent:
     """One host's agent. It reports over MQTT (``mqtt``) or, where the lab has no broker,
     over HTTP to the daemon (``daemon`` URL and ``token``)."""
 
-    def __init__(self, *, lab: str, host: str, backend: Backend, mqtt: str | None = None,
+    def __init__(self, *, lab: str, host: str, backend: Backend,
+                 mqtt: str | BusSettings | None = None,
                  daemon: str | None = None, token: str | None = None,
                  interval: float = 1.0, expected_gpus: int | None = None,
                  nics: Nics | None = None, nic_poll_s: float = 0.005,
@@ -42,10 +43,10 @@ class Agent:
         if (mqtt is None) == (daemon is None):
             raise AgentError("give the agent one way to the daemon: an MQTT broker, or the "
                              "daemon's URL (and token) where the lab has no broker")
-        if mqtt is not None:
-            parse_url(mqtt)  # a bad URL is a clear error now, not a retry loop later
         self.lab, self.host = lab, host
-        self.mqtt, self.daemon, self.token = mqtt, daemon, token or ""
+        # A bad URL is a clear error now, not a retry loop later.
+        self.mqtt = BusSettings.of(mqtt) if mqtt is not None else None
+        self.daemon, self.token = daemon, token or ""
         self.backend = backend
         self.interval = interval
         self.expected = expected_gpus

@@ -20,6 +20,7 @@ from labd.terminal import console, fail, run_until_signalled
 
 if TYPE_CHECKING:
     from labd.agent.agent import Agent
+    from labd.mqtt.credentials import BusSettings
 
 # The same consoles as the labd command's: a wide line when the output is a file or a log.
 
@@ -29,6 +30,13 @@ def agent(
     lab: Annotated[str, typer.Option(help="The lab's name, as in its lab file (lab.name).")],
     mqtt: Annotated[str | None, typer.Option(
         help="The lab's MQTT broker, mqtt://HOST[:PORT].")] = None,
+    mqtt_credentials: Annotated[str | None, typer.Option(
+        help="This host's credentials file (labd broker-config writes hosts/HOST.toml): its "
+             "broker login and the key that signs what it sends. Without one the daemon "
+             "refuses the host's messages.")] = None,
+    instance: Annotated[str | None, typer.Option(
+        help="The lab instance the daemon runs (labd run --instance; default: the "
+             "credentials file's, else none).")] = None,
     daemon: Annotated[str | None, typer.Option(
         help="Where the lab has no broker: the daemon's URL (http://HOST:PORT); reports go "
              "to its API.")] = None,
@@ -77,12 +85,16 @@ def agent(
                 chosen, backend = SmiBackend(), "nvidia-smi"
         else:
             raise fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
-        runner = Agent(lab=lab, host=host, backend=chosen, mqtt=mqtt, daemon=daemon,
+        bus = _bus(mqtt, mqtt_credentials, instance, host) if mqtt is not None else None
+        runner = Agent(lab=lab, host=host, backend=chosen, mqtt=bus, daemon=daemon,
                        token=_token(token) if daemon else None,
                        interval=interval, expected_gpus=gpus, jobs=commands,
                        nics=SysfsNics(interfaces) if interfaces else None)
     except LabdError as exc:
         raise fail(str(exc)) from None
+    if mqtt is not None and not mqtt_credentials:
+        console.print("[yellow]warning:[/] no --mqtt-credentials: the daemon takes only "
+                      "signed messages from hosts (labd broker-config LAB writes them)")
     console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt or daemon} every "
                   f"{interval:g} s ({backend}); jobs: {', '.join(commands) or 'none'}; "
                   f"NICs: {', '.join(interfaces) or 'none'}")
@@ -120,6 +132,17 @@ def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, 
             raise fail(f"{option}: {name.strip()!r} is given twice")
         out[name.strip()] = rest.strip()
     return out
+
+
+def _bus(url: str, credentials: str | None, instance: str | None, host: str) -> BusSettings:
+    """The broker as this host uses it: its own key only, whatever the file holds."""
+    from labd.mqtt.credentials import BusSettings
+
+    settings = BusSettings.load(url, credentials, instance)
+    if credentials and host not in settings.credentials.hosts:
+        raise fail(f"{credentials} holds no key for host {host} (labd broker-config writes "
+                   f"one per host: hosts/{host}.toml)")
+    return settings.for_host(host)
 
 
 def _token(explicit: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -18,8 +19,13 @@ import aiomqtt
 import httpx
 
 from labd.client.api import call_json
-from labd.errors import LinkDown
-from labd.mqtt import NO_DELAY, parse_url, publish
+from labd.errors import LinkDown, RefusedMessage
+from labd.mqtt.client import NO_DELAY, publish
+from labd.mqtt.credentials import BusSettings
+from labd.mqtt.envelope import Opener, Sealer
+from labd.mqtt.topics import host_root
+
+log = logging.getLogger(__name__)
 
 #: How long one command poll waits at the daemon for a command (HTTP).
 POLL_S = 20.0
@@ -36,13 +42,22 @@ class AgentLink(Protocol):
 
 
 class MqttLink:
-    def __init__(self, client: aiomqtt.Client, prefix: str) -> None:
-        self.client, self.prefix = client, prefix
+    """One broker session of a host's agent. With the host's key, everything it sends is
+    sealed (labd.mqtt.envelope) and only commands sealed by the daemon with that key are
+    taken; without one, the broker's ACL is all that binds the host to its topics."""
+
+    def __init__(self, client: aiomqtt.Client, prefix: str, sealer: Sealer | None) -> None:
+        self.client, self.prefix, self.sealer = client, prefix, sealer
+        key = sealer.key if sealer is not None else None
+        self._opener = Opener(lambda sender: key if sender == "daemon" else None)
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
+        topic = f"{self.prefix}/{kind}"
+        if self.sealer is not None:
+            payload = self.sealer.seal(topic, payload)
         try:
-            await publish(self.client, f"{self.prefix}/{kind}", payload,
-                          qos=1 if reliable else 0, retain=kind == "status")
+            await publish(self.client, topic, payload, qos=1 if reliable else 0,
+                          retain=kind == "status")
         except aiomqtt.MqttError as exc:
             raise LinkDown(f"MQTT: {exc}") from None
 
@@ -50,25 +65,39 @@ class MqttLink:
         try:
             async for message in self.client.messages:
                 payload = message.payload
-                yield payload if isinstance(payload, bytes) else str(payload).encode()
+                raw = payload if isinstance(payload, bytes) else str(payload).encode()
+                if self.sealer is not None:
+                    try:
+                        _, body = self._opener.open(str(message.topic), raw, sender="daemon")
+                    except RefusedMessage as exc:
+                        log.warning("command on %s refused: %s", message.topic, exc)
+                        continue
+                    raw = body.encode()
+                yield raw
         except aiomqtt.MqttError as exc:
             raise LinkDown(f"MQTT: {exc}") from None
 
 
 @contextlib.asynccontextmanager
-async def mqtt_link(url: str, lab: str, host: str) -> AsyncIterator[MqttLink]:
-    prefix = f"labd/{lab}/hosts/{host}"
-    will = aiomqtt.Will(f"{prefix}/status", "offline", qos=1, retain=True)
+async def mqtt_link(settings: BusSettings, lab: str, host: str) -> AsyncIterator[MqttLink]:
+    prefix = host_root(lab, host, settings.instance)
+    key = settings.credentials.hosts.get(host)
+    # A new session each connection; its last will is sealed now, as its last word.
+    sealer = Sealer(host, key) if key is not None else None
+    will_payload = (sealer.seal(f"{prefix}/status", b"offline", last=True)
+                    if sealer is not None else b"offline")
+    will = aiomqtt.Will(f"{prefix}/status", will_payload, qos=1, retain=True)
     try:
         # One session per host of a lab: a second agent for it takes over.
-        async with aiomqtt.Client(*parse_url(url), will=will, socket_options=NO_DELAY,
-                                  identifier=f"labd-agent-{lab}-{host}") as client:
-            link = MqttLink(client, prefix)
+        name = f"labd-agent-{prefix.removeprefix('labd/')}"
+        async with aiomqtt.Client(**settings.login(), will=will, socket_options=NO_DELAY,
+                                  identifier=name) as client:
+            link = MqttLink(client, prefix, sealer)
             await link.publish("status", b"online")
             await client.subscribe(f"{prefix}/job", qos=1)
             yield link
     except aiomqtt.MqttError as exc:
-        raise LinkDown(f"MQTT broker {url}: {exc}") from None
+        raise LinkDown(f"MQTT broker {settings.url}: {exc}") from None
 
 
 class HttpLink:

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from labd.commands.common import load, run_until_signalled
+from labd.commands.common import fail, load, run_until_signalled
+from labd.errors import LabdError
 
 
 def emulate(
@@ -23,17 +24,27 @@ def emulate(
     mqtt: Annotated[str | None, typer.Option(
         help="MQTT broker the emulated GPU hosts' agents report to, mqtt://HOST[:PORT].")]
     = None,
+    mqtt_credentials: Annotated[str | None, typer.Option(
+        help="Credentials with the emulated hosts' keys (labd broker-config's daemon.toml); "
+             "the daemon refuses unsigned host messages.")] = None,
+    instance: Annotated[str | None, typer.Option(
+        help="The lab instance the daemon runs (labd run --instance).")] = None,
 ) -> None:
     """Start an emulator for every `emulate = true` instrument (and an agent with emulated
     GPUs for every `emulate = true` host). Prints one JSON line per emulator, then
     {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
     from labd.emulation.emulators import emulated_hosts, emulated_lab, endpoint_of, write_resolved
+    from labd.mqtt.credentials import BusSettings
 
     loaded = load(lab)
+    try:
+        bus = BusSettings.load(mqtt, mqtt_credentials, instance) if mqtt else None
+    except LabdError as exc:
+        raise fail(str(exc)) from None
 
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded, control_port=control_port)
-        hosts = emulated_hosts(loaded, mqtt, emulated)
+        hosts = emulated_hosts(loaded, bus, emulated)
         async with emulated:
             for entry in entries:
                 line = {"id": entry.id, "driver": entry.driver,

@@ -15,6 +15,7 @@ import typer
 from labd import __version__
 from labd.agent.cli import agent
 from labd.commands import measure
+from labd.commands.broker import broker_config
 from labd.commands.check import check
 from labd.commands.common import console
 from labd.commands.demo import demo
@@ -63,6 +64,7 @@ app.command()(agent)
 app.command()(emulate)
 app.command("probe")(probe_command)
 app.command("check")(check)
+app.command("broker-config")(broker_config)
 app.add_typer(measure.app, name="measure")
 
 

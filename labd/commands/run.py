@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from labd.commands.common import console, load, run_until_signalled
+from labd.commands.common import console, fail, load, run_until_signalled
 
 
 def run_daemon(
@@ -25,16 +25,33 @@ def run_daemon(
              "(--no-restore only reports the drift).")] = True,
     mqtt: Annotated[str | None, typer.Option(
         help="MQTT broker, mqtt://HOST[:PORT]; events and commands go through it.")] = None,
+    mqtt_credentials: Annotated[str | None, typer.Option(
+        help="The daemon's MQTT credentials (labd broker-config writes daemon.toml): its "
+             "broker login and the keys of the hosts and clients whose signed messages it "
+             "takes.")] = None,
+    instance: Annotated[str | None, typer.Option(
+        help="Lab instance: topics under labd/LAB@INSTANCE, so that two runs of one lab "
+             "share a broker without hearing each other (default: the credentials file's, "
+             "else none: labd/LAB).")] = None,
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
     from labd.emulation.rig import emulated_rig
+    from labd.errors import LabdError
+    from labd.mqtt.credentials import BusSettings
     from labd.token import token_path
 
     loaded = load(lab)
+    try:
+        bus = BusSettings.load(mqtt, mqtt_credentials, instance) if mqtt else None
+    except LabdError as exc:
+        raise fail(str(exc)) from None
+    played = {h.id for h in loaded.host if h.emulate}
+    unkeyed = [h.id for h in loaded.host if h.id not in played and (
+        bus is None or h.id not in bus.credentials.hosts)]
 
     async def serve(stop: asyncio.Event) -> None:
-        async with emulated_rig(loaded, db=db, mqtt=mqtt, host=host, port=port, token=token,
+        async with emulated_rig(loaded, db=db, mqtt=bus, host=host, port=port, token=token,
                                 restore=restore, tidy=False) as rig:
             daemon, report, hosts = rig.daemon, rig.report, rig.hosts
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
@@ -51,6 +68,10 @@ def run_daemon(
             where = "--token" if token else ("$LABD_TOKEN" if os.environ.get("LABD_TOKEN")
                                              else str(token_path()))
             console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
+            if bus is not None and unkeyed:
+                console.print(f"  [yellow]warning[/]: no MQTT key for host(s) "
+                              f"{', '.join(unkeyed)}: their messages will be refused; give "
+                              "--mqtt-credentials (labd broker-config LAB writes them)")
             if hosts:
                 console.print(f"  {len(hosts)} emulated GPU host(s) report to "
                               f"{mqtt or daemon.url + ' (HTTP)'}; failover drills: "

@@ -1,12 +1,19 @@
-"""MQTT: the daemon's events on ``labd/<lab>/events/<kind>``, retained state on
-``labd/<lab>/state/...``, the daemon's liveness on ``labd/<lab>/daemon`` (``online``, and
-``offline`` as its last will), and commands on ``labd/<lab>/command/<switch>`` answered on
-``labd/<lab>/command/<switch>/result``.
+"""MQTT: the daemon's events on ``<root>/events/<kind>``, retained state on
+``<root>/state/...``, the daemon's liveness on ``<root>/daemon`` (``online``, and
+``offline`` as its last will), and commands on ``<root>/command/<switch>`` answered on
+``<root>/command/<switch>/result``. ``<root>`` is ``labd/<lab>``, or
+``labd/<lab>@<instance>`` (labd.mqtt.topics).
 
-A command payload is JSON: ``{"token": "...", "connect": [[a, b], ...]}``, or
-``"disconnect": [ports]``, or ``"replace": [[a, b], ...]``; an optional ``"id"`` comes back
-in the result as ``request_id``. A bad payload gets a result with ``"error"`` and changes nothing.
-The bridge reconnects to the broker by itself, with backoff, and republishes its state.
+Nothing heard on the bus is believed unless it is sealed (labd.mqtt.envelope): a host's
+messages with that host's key, a command with the key of a client the daemon knows. A
+command's body is JSON: ``{"connect": [[a, b], ...]}``, or ``"disconnect": [ports]``, or
+``"replace": [[a, b], ...]``; an optional ``"id"`` comes back in the result as
+``request_id``. Whatever is wrong with a message (too large, too deep, not JSON, unsigned,
+replayed) changes nothing: a command gets a result with ``"error"``; a host message raises
+a warning event, at most one per sender every :data:`COMPLAINT_EVERY_S`.
+
+The bridge reconnects to the broker by itself, with backoff, and republishes its state; an
+error in its own loops restarts them (with an event), never ends them.
 """
 
 from __future__ import annotations
@@ -17,42 +24,89 @@ import json
 import logging
 import random
 import secrets
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Annotated, Any
 
 import aiomqtt
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from labd.errors import BusError, RequestError
-from labd.mqtt import NO_DELAY, parse_url, publish
+from labd.errors import BusError, PayloadError, RefusedMessage, RequestError
+from labd.mqtt.client import NO_DELAY, publish
+from labd.mqtt.credentials import BusSettings
+from labd.mqtt.envelope import Opener, Sealer
+from labd.mqtt.payload import loads
+from labd.mqtt.topics import lab_root
 
 if TYPE_CHECKING:
     from labd.daemon.services import Services
 
 log = logging.getLogger(__name__)
 
+#: One warning event per sender (or kind of mistake) at most this often.
+COMPLAINT_EVERY_S = 10.0
+#: The most pairs or ports one command may name (a 1024x1024 switch's whole map).
+MAX_PAIRS = 1024
+
+Port = Annotated[StrictInt, Field(ge=1, le=2**31)]
+Pair = tuple[Port, Port]
+
 
 class Command(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    token: str
-    id: str | int | None = None
-    connect: list[tuple[int, int]] | None = None
-    disconnect: list[int] | None = None
-    replace: list[tuple[int, int]] | None = None
+    id: Annotated[str, Field(max_length=128)] | StrictInt | None = None
+    connect: Annotated[list[Pair], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
+    disconnect: Annotated[list[Port], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
+    replace: Annotated[list[Pair], Field(max_length=MAX_PAIRS)] | None = None
     verify_light: bool = True
 
 
-class MqttBridge:
-    """The daemon on the broker at ``url``, for as long as ``run()`` runs."""
+class Complaints:
+    """Warning events about refused messages, at most one per ``who`` every
+    :data:`COMPLAINT_EVERY_S`, with how many were refused in between: a flood of bad
+    messages must not become a flood of events (which go back out on the bus)."""
 
-    def __init__(self, services: Services, url: str) -> None:
+    def __init__(self, services: Services) -> None:
         self.services = services
-        self.host, self.port = parse_url(url)
-        self.prefix = f"labd/{services.lab.lab.name}"
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def __call__(self, who: str, detail: str) -> None:
+        now = time.monotonic()
+        if now - self._last.get(who, -COMPLAINT_EVERY_S) < COMPLAINT_EVERY_S:
+            self._quiet[who] = self._quiet.get(who, 0) + 1
+            return
+        if len(self._last) > 4096:  # bounded, whatever names the senders make up
+            self._last.clear()
+            self._quiet.clear()
+        self._last[who] = now
+        quiet = self._quiet.pop(who, 0)
+        more = f" ({quiet} more refused since the last warning)" if quiet else ""
+        log.warning("MQTT: %s%s", detail, more)
+        self.services.hub.publish("warning", {"detail": detail + more, "source": "mqtt"})
+
+
+class MqttBridge:
+    """The daemon on the broker ``settings`` name, for as long as ``run()`` runs."""
+
+    def __init__(self, services: Services, settings: str | BusSettings) -> None:
+        self.services = services
+        self.settings = BusSettings.of(settings)
+        self.host, self.port = self.settings.login()["hostname"], self.settings.login()["port"]
+        self.prefix = lab_root(services.lab.lab.name, self.settings.instance)
+        creds = self.settings.credentials
         self.connected = asyncio.Event()
         self.sessions = 0
         """Broker sessions so far (a reconnection makes a new one)."""
+        self.restarts = 0
+        """Times the bridge's own loops failed and were started again."""
         self._session_started = asyncio.Condition()
         self._client: aiomqtt.Client | None = None
+        self._leaving = False
+        # Seals are checked across reconnections: a replay after one is still a replay.
+        self._hosts = Opener(creds.hosts.get)
+        self._clients = Opener(creds.clients.get)
+        self._sealers: dict[str, Sealer] = {}
+        self.complain = Complaints(services)
 
     async def wait_sessions(self, count: int, timeout: float) -> None:
         """Wait until the bridge has had ``count`` broker sessions."""
@@ -60,57 +114,73 @@ class MqttBridge:
             await self._session_started.wait_for(lambda: self.sessions >= count)
 
     async def send_to_host(self, host: str, message: dict[str, Any]) -> None:
-        """A command for a host's agent (``labd/<lab>/hosts/<host>/job``)."""
+        """A command for a host's agent (``<root>/hosts/<host>/job``), sealed with the
+        host's key where the daemon has one."""
         client = self._client
         if client is None or not self.connected.is_set():
             raise BusError(f"cannot reach host {host}: the daemon is not connected to the "
                            f"MQTT broker {self.host}:{self.port}")
+        topic = f"{self.prefix}/hosts/{host}/job"
+        body = json.dumps(message)
+        sealer = self._sealers.get(host)
+        payload = sealer.seal(topic, body) if sealer is not None else body.encode()
         try:
-            await publish(client, f"{self.prefix}/hosts/{host}/job", json.dumps(message), qos=1)
+            await publish(client, topic, payload, qos=1)
         except aiomqtt.MqttError as exc:
             raise BusError(f"cannot reach host {host}: {exc}") from None
 
     async def say_offline(self) -> None:
         """Say ``offline`` before leaving: a clean disconnect sends no last will."""
+        self._leaving = True
         if self._client is not None and self.connected.is_set():
             with contextlib.suppress(aiomqtt.MqttError):
                 await publish(self._client, f"{self.prefix}/daemon", "offline", qos=1,
                               retain=True)
 
     async def run(self) -> None:
-        """Stay on the broker, reconnecting with backoff, until cancelled."""
+        """Stay on the broker until cancelled: reconnect with backoff when it goes, and
+        start again (with a warning event) when the bridge's own code fails."""
         delay = 0.1
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
             try:
-                async with aiomqtt.Client(self.host, self.port, will=will,
+                async with aiomqtt.Client(**self.settings.login(), will=will,
                                           socket_options=NO_DELAY,
                                           identifier=f"labd-{secrets.token_hex(4)}") as client:
                     delay = 0.1
                     await self._session(client)
             except aiomqtt.MqttError as exc:
-                self.connected.clear()
                 log.warning("MQTT broker %s:%d: %s; retrying in %.1f s", self.host, self.port,
                             exc, delay)
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                delay = min(delay * 2, 10.0)
+            except Exception as exc:  # our own bug must not silence the bus for good
+                self.restarts += 1
+                log.exception("the MQTT bridge failed; starting it again")
+                self.services.hub.publish("warning", {
+                    "detail": f"the MQTT bridge failed ({type(exc).__name__}: {exc}); it "
+                              f"starts again in {delay:.1f} s", "source": "mqtt"})
+            self.connected.clear()
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, 10.0)
 
     async def _session(self, client: aiomqtt.Client) -> None:
         snapshot, subscription = self.services.hub.subscribe()
         self._client = client
+        self._sealers = {host: Sealer("daemon", key)
+                         for host, key in self.settings.credentials.hosts.items()}
         try:
             await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
             await self._publish_state(client, snapshot)
             await client.subscribe(f"{self.prefix}/command/+")
             await client.subscribe(f"{self.prefix}/hosts/+/+")
+            await client.subscribe(f"{self.prefix}/daemon")
             self.connected.set()
             async with self._session_started:
                 self.sessions += 1
                 self._session_started.notify_all()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._forward(client, subscription))
-                group.create_task(self._commands(client))
-        except* aiomqtt.MqttError as group_error:
+                group.create_task(self._messages(client))
+        except* Exception as group_error:  # the first failure says why the session ended
             raise group_error.exceptions[0] from None
         finally:
             self._client = None
@@ -145,33 +215,80 @@ class MqttBridge:
                         await publish(client, f"{self.prefix}/state/instruments/{name}",
                                       json.dumps(instrument), qos=1, retain=True)
 
-    async def _commands(self, client: aiomqtt.Client) -> None:
+    async def _messages(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
             topic = str(message.topic)
-            parts = topic.split("/")
-            if len(parts) == 5 and parts[2] == "hosts":  # labd/<lab>/hosts/<host>/<kind>
-                payload = message.payload if isinstance(message.payload, bytes) else str(
-                    message.payload).encode()
-                self.services.hosts.handle(parts[3], parts[4], payload)
-                continue
-            switch = parts[-1]
-            reply = await self.handle(switch, message.payload)
-            await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
+            payload = message.payload if isinstance(message.payload, bytes) else str(
+                message.payload).encode()
+            parts = topic.removeprefix(self.prefix + "/").split("/")
+            try:
+                if parts[0] == "hosts" and len(parts) == 3:  # <root>/hosts/<host>/<kind>
+                    self._from_host(topic, parts[1], parts[2], payload, bool(message.retain))
+                elif parts == ["daemon"]:
+                    await self._about_us(client, payload)
+                elif parts[0] == "command" and len(parts) == 2:
+                    try:
+                        reply = await self.handle(parts[1], payload, topic=topic)
+                    except Exception as exc:  # answered, so that no sender waits forever
+                        log.exception("MQTT command on %s failed", topic)
+                        reply = {"error": f"the daemon failed on this command: "
+                                          f"{type(exc).__name__}: {exc}"}
+                    await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
+            except aiomqtt.MqttError:
+                raise
+            except Exception as exc:  # one message's trouble is not the bridge's end
+                log.exception("MQTT message on %s could not be handled", topic)
+                self.complain(f"failed {parts[0]}", f"message on {topic} could not be "
+                                                    f"handled: {type(exc).__name__}: {exc}")
 
-    async def handle(self, switch: str, payload: Any) -> dict[str, Any]:
-        """Carry out one command; every mistake is a result with ``error``."""
+    def _from_host(self, topic: str, host: str, kind: str, payload: bytes,
+                   retained: bool) -> None:
+        if kind == "job" or (kind == "status" and not payload):
+            return  # our own commands to the agent; a retained status being cleared
+        if host not in self.services.hosts.hosts:
+            self.complain("unknown hosts", f"message on {topic} refused: the lab has no "
+                                           f"host {host!r}")
+            return
         try:
-            data = json.loads(payload)
-        except (ValueError, TypeError) as exc:
-            return {"error": f"payload is not JSON: {exc}"}
+            _, body = self._hosts.open(topic, payload, sender=host, retained=retained)
+        except RefusedMessage as exc:
+            hint = "" if self.settings.credentials.hosts.get(host) else (
+                f"; the daemon has no key for host {host}: give it --mqtt-credentials "
+                "(labd broker-config LAB)")
+            self.complain(f"host {host}", f"{kind} message for host {host} refused: {exc}"
+                                          f"{hint}")
+            return
+        self.services.hosts.handle(host, kind, body.encode())
+
+    async def _about_us(self, client: aiomqtt.Client, payload: bytes) -> None:
+        """Someone else said the daemon is offline while it runs (an impostor, or a will
+        delivered late): say it again, so that the lab's subscribers see the truth."""
+        if payload == b"offline" and self.connected.is_set() and not self._leaving:
+            self.complain("daemon topic", f"{self.prefix}/daemon was set to 'offline' by "
+                                          "another client; said 'online' again")
+            await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
+
+    async def handle(self, switch: str, payload: bytes | str, *,
+                     topic: str | None = None) -> dict[str, Any]:
+        """Carry out one sealed command; every mistake is a result with ``error``."""
+        raw = payload.encode() if isinstance(payload, str) else payload
+        topic = topic or f"{self.prefix}/command/{switch}"
+        try:
+            _, body = self._clients.open(topic, raw)
+            data = loads(body, what="command")
+        except (RefusedMessage, PayloadError) as exc:
+            self.complain("commands", f"command for {switch} refused: {exc}")
+            return {"error": f"{exc}; commands must be sealed with a client key "
+                             "(labd broker-config; docs/daemon.md)"}
+        if isinstance(data, dict) and "token" in data:
+            return {"error": "tokens are not taken over MQTT (a subscriber would read it): "
+                             "seal the command with a client key instead"}
         try:
             command = Command.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "payload"
             return {"error": f"{where}: {first['msg']}"}
-        if not secrets.compare_digest(command.token, self.services.token):
-            return {"request_id": command.id, "error": "wrong token"}
         actions = [a for a in ("connect", "disconnect", "replace")
                    if getattr(command, a) is not None]
         if len(actions) != 1:

@@ -37,6 +37,7 @@ from labd.token import load_or_make_token
 
 if TYPE_CHECKING:
     from labd.daemon.bus import MqttBridge
+    from labd.mqtt.credentials import BusSettings
 
 __all__ = ["DEFAULT_PORT", "Daemon", "Drills", "StartupReport"]
 
@@ -59,7 +60,7 @@ class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
                  restore: bool = True, light_window_s: float | None = None,
-                 mqtt: str | None = None) -> None:
+                 mqtt: str | BusSettings | None = None) -> None:
         self.lab = lab
         self.host, self.port = host, port
         self._token = token

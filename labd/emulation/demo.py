@@ -37,7 +37,7 @@ from labd.emulation.verify import light_drill
 from labd.fabric.engine import Result, log_resolution
 from labd.lab.file import Lab, load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
-from labd.mqtt import broker_reachable, local_broker
+from labd.mqtt.client import broker_reachable, local_broker
 from labd.vocabulary import percentile
 
 BATCHES = (1, 2, 4, 8)

@@ -30,6 +30,7 @@ from labd.lab.file import (
     SwitchEntry,
     Tl1Credentials,
 )
+from labd.mqtt.credentials import BusSettings
 
 #: driver → (emulator kind, the emulator interface that driver talks to)
 EMULATION: dict[str, tuple[str, str]] = {
@@ -123,7 +124,7 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
 class EmulatedHost:
     """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
 
-    def __init__(self, lab: Lab, host: HostEntry, mqtt: str | None,
+    def __init__(self, lab: Lab, host: HostEntry, mqtt: BusSettings | None,
                  light_dbm: Callable[[str], float] | None,
                  daemon: tuple[str, str] | None = None) -> None:
         self.id = host.id
@@ -136,7 +137,8 @@ class EmulatedHost:
         jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
                 for job in lab.job}
         self.agent = Agent(lab=lab.lab.name, host=host.id, backend=self.backend,
-                           mqtt=mqtt, daemon=daemon[0] if daemon else None,
+                           mqtt=mqtt.for_host(host.id) if mqtt else None,
+                           daemon=daemon[0] if daemon else None,
                            token=daemon[1] if daemon else None,
                            interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics,
                            jobs=jobs)
@@ -198,7 +200,7 @@ class EmulatedHost:
                 "failed_at_ns": {str(k): v for k, v in self.backend.failed_at.items()}}
 
 
-def emulated_hosts(lab: Lab, mqtt: str | None, emulated: EmulatedLab | None = None, *,
+def emulated_hosts(lab: Lab, mqtt: BusSettings | None, emulated: EmulatedLab | None = None, *,
                    daemon: tuple[str, str] | None = None) -> list[EmulatedHost]:
     """The lab's ``emulate = true`` hosts. They report to a broker, or, where the lab has
     none, to the daemon over HTTP (``daemon``: its URL and token)."""

@@ -21,7 +21,9 @@ from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import DrillService
 from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
 from labd.lab.file import Lab
-from labd.mqtt import parse_url
+from labd.mqtt.credentials import BusSettings
+from labd.mqtt.envelope import new_key
+from labd.mqtt.topics import lab_root, new_instance
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Rig:
     """The emulators, where they run in this process."""
     addresses: dict[str, str] = field(default_factory=dict)
     """Where each emulated instrument listens."""
+    bus: BusSettings | None = None
+    """The daemon's broker, its lab instance and keys (``RIG_CLIENT`` seals commands)."""
 
     @property
     def report(self) -> StartupReport:
@@ -47,14 +51,29 @@ class Rig:
         return self.backdoor.url
 
 
+#: The client that may seal switch commands on a rig's bus (its key: ``Rig.bus``).
+RIG_CLIENT = "rig"
+
+
+def rig_bus(lab: Lab, mqtt: str | BusSettings) -> BusSettings:
+    """The bus a rig's daemon uses: a plain URL gets an instance of its own (two rigs of one
+    lab on a broker never hear each other); every emulated host gets a key (where the
+    settings give none) and so does the rig's own client, :data:`RIG_CLIENT`."""
+    settings = BusSettings(mqtt, new_instance()) if isinstance(mqtt, str) else mqtt
+    return settings.with_keys(hosts={h.id: new_key() for h in lab.host if h.emulate},
+                              clients={RIG_CLIENT: new_key()})
+
+
 @contextlib.asynccontextmanager
-async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
+async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = None,
                        host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                        restore: bool = True, light_window_s: float | None = None,
                        apart: bool = False, hosts: bool = True, tidy: bool = True
                        ) -> AsyncIterator[Rig]:
     """Start the lab's emulators, a daemon on them, then its emulated GPU hosts; on leaving,
     stop them all (and clear the retained MQTT status the hosts and the daemon leave).
+    ``mqtt`` as a URL: the rig's own lab instance and keys (:func:`rig_bus`); as settings:
+    their instance, plus keys for the emulated hosts that have none.
 
     Hosts (unless ``hosts`` is false) report to ``mqtt``, or without one to the daemon over
     HTTP. With ``apart`` the instruments' emulators run in a ``labd emulate`` process of
@@ -65,6 +84,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
     daemon's last word (``offline``) is for the lab's subscribers.
     """
+    bus = rig_bus(lab, mqtt) if mqtt is not None else None
     async with contextlib.AsyncExitStack() as stack:
         emulated: EmulatedLab | None = None
         if apart:
@@ -82,20 +102,20 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | None = None,
 
         async def tidy_up() -> None:
             # Only once this rig's daemon served (another may serve a lab of that name).
-            if started:
-                await clear_retained(lab.lab.name, [h.id for h in lab.host], mqtt or "")
+            if started and bus is not None:
+                await clear_retained(bus, lab.lab.name, [h.id for h in lab.host])
 
-        if mqtt is not None and tidy:  # after the hosts and the daemon said their last word
+        if bus is not None and tidy:  # after the hosts and the daemon said their last word
             stack.push_async_callback(tidy_up)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
-            restore=restore, light_window_s=light_window_s, mqtt=mqtt))
+            restore=restore, light_window_s=light_window_s, mqtt=bus))
         started = True
-        rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated)
+        rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated, bus=bus)
         if emulated is not None and hosts:
             # Agents with emulated GPUs, once the daemon listens (without a broker they
             # report to its API).
-            rig.hosts = emulated_hosts(lab, mqtt, emulated, daemon=(daemon.url, daemon.token))
+            rig.hosts = emulated_hosts(lab, bus, emulated, daemon=(daemon.url, daemon.token))
             stack.push_async_callback(_stop_hosts, rig.hosts)
             # Before they go: the rig's end is no failure to recover from.
             stack.callback(daemon.hosts.unlisten, daemon.jobs)
@@ -118,10 +138,12 @@ async def _stop_hosts(hosts: list[EmulatedHost]) -> None:
         await emulated_host.stop()
 
 
-async def clear_retained(lab: str, hosts: Iterable[str], mqtt: str) -> None:
+async def clear_retained(bus: str | BusSettings, lab: str, hosts: Iterable[str]) -> None:
     """Clear the retained status topics a run leaves on the broker (hosts' and daemon's)."""
+    settings = BusSettings.of(bus)
+    root = lab_root(lab, settings.instance)
     with contextlib.suppress(aiomqtt.MqttError):
-        async with aiomqtt.Client(*parse_url(mqtt)) as cleaner:
+        async with aiomqtt.Client(**settings.login()) as cleaner:
             for host in hosts:
-                await cleaner.publish(f"labd/{lab}/hosts/{host}/status", b"", retain=True)
-            await cleaner.publish(f"labd/{lab}/daemon", b"", retain=True)
+                await cleaner.publish(f"{root}/hosts/{host}/status", b"", retain=True)
+            await cleaner.publish(f"{root}/daemon", b"", retain=True)

@@ -6,17 +6,21 @@ heartbeats stop for 1.5 intervals; a GPU whose verdict turns ``failed`` is a fai
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from labd.errors import PayloadError
 from labd.events import Event, EventHub
+from labd.mqtt.payload import loads
 
 log = logging.getLogger(__name__)
 
 MISSED = 1.5
+HEALTH = ("healthy", "degraded", "failed")
+#: The most GPUs a heartbeat may list (a lab file allows 64 per host).
+MAX_GPUS = 256
 
 
 @dataclass
@@ -95,9 +99,11 @@ class HostMonitor:
     def handle(self, host: str, kind: str, payload: bytes) -> str | None:
         """One agent message (``status``, ``heartbeat`` or ``events``); a malformed one is
         reported as a warning event, changes nothing, and its problem is returned."""
-        state = self.hosts.setdefault(host, HostState(host))
         if kind == "job":
             return None  # the daemon's own commands to the agent
+        state = self.hosts.get(host)
+        if state is None:  # nothing kept for names a sender makes up
+            return self._bad(host, kind, "the lab has no such host")
         if kind == "status":
             text = payload.decode(errors="replace").strip()
             if not text:
@@ -107,21 +113,27 @@ class HostMonitor:
             self._set_status(state, text)
             return None
         try:
-            data = json.loads(payload)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as exc:
-            return self._bad(host, kind, f"not JSON: {exc}")
+            data = loads(payload, what="it")
+        except PayloadError as exc:
+            return self._bad(host, kind, str(exc))
+        if not isinstance(data, dict):
+            return self._bad(host, kind, "not a JSON object")
         state._saw(data.get("sent_ns"))
         if kind == "heartbeat":
             gpus = data.get("gpus")
-            if not isinstance(gpus, list):
-                return self._bad(host, kind, "'gpus' must be a list")
+            if not isinstance(gpus, list) or len(gpus) > MAX_GPUS or not all(
+                    isinstance(g, dict) and type(g.get("index")) is int
+                    and g.get("health") in HEALTH for g in gpus):
+                return self._bad(host, kind, f"'gpus' must be a list of at most {MAX_GPUS} "
+                                             "{'index': n, 'health': ...}")
             state.last_beat_ns = time.monotonic_ns()
             state.last_sent_ns = state.to_daemon_clock(data.get("sent_ns"))
             interval = data.get("interval_s")
-            state.interval_s = float(interval) if isinstance(interval, int | float) else None
-            state.gpus, state.error = gpus, data.get("error")
+            # Bounded: the loss deadline is worked out from it (inf would stop the watch).
+            state.interval_s = float(interval) if isinstance(interval, int | float) and (
+                0 < interval <= 3600) else None
+            error = data.get("error")
+            state.gpus, state.error = gpus, None if error is None else str(error)[:1000]
             nics = data.get("nics")
             if isinstance(nics, dict):
                 state.nics = {str(k): bool(v) for k, v in nics.items()}
@@ -139,8 +151,7 @@ class HostMonitor:
             self._publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
                                           "was": data.get("was"), "at_ns": data.get("at_ns")})
         elif kind == "events":
-            if data.get("health") not in ("healthy", "degraded", "failed") or not isinstance(
-                    data.get("gpu"), int):
+            if data.get("health") not in HEALTH or type(data.get("gpu")) is not int:
                 return self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
             # The verdict holds from now, before the next heartbeat repeats it.
             entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)

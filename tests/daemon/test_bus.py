@@ -7,7 +7,10 @@ import json
 import aiomqtt
 import httpx
 
-from labd.emulation.rig import clear_retained
+from labd.emulation.rig import RIG_CLIENT, clear_retained
+from labd.mqtt.credentials import BusSettings
+from labd.mqtt.envelope import Sealer, new_key
+from labd.mqtt.topics import lab_root, new_instance
 from tests.broker import BROKER, MQTT, next_message, require_broker
 from tests.labs import switch, unique_name
 from tests.rigs import StartRig
@@ -18,11 +21,12 @@ TOKEN = "bus-token"
 async def test_events_state_liveness_and_commands(start_rig: StartRig) -> None:
     require_broker()
     name = unique_name("bus")  # known before the daemon starts, to watch it say online
-    prefix = f"labd/{name}"
+    bus = BusSettings(MQTT, new_instance())
+    prefix = lab_root(name, bus.instance)
     async with aiomqtt.Client(*BROKER) as watcher:
         await watcher.subscribe(f"{prefix}/#")
         messages = watcher.messages
-        async with start_rig("bus", switch(technology="ideal"), name=name, mqtt=MQTT,
+        async with start_rig("bus", switch(technology="ideal"), name=name, mqtt=bus,
                              token=TOKEN) as rig:
             daemon, emulated = rig.daemon, rig.emulated
             assert emulated is not None
@@ -39,29 +43,46 @@ async def test_events_state_liveness_and_commands(start_rig: StartRig) -> None:
                 messages, f"{prefix}/state/switches/ocs1")).payload)
             assert state == {"intended": [[1, 9]]}
 
-            async def command(payload: bytes) -> dict:
-                await watcher.publish(f"{prefix}/command/ocs1", payload)
-                return json.loads((await next_message(
-                    messages, f"{prefix}/command/ocs1/result")).payload)
+            topic = f"{prefix}/command/ocs1"
+            assert rig.bus is not None
+            sealer = Sealer(RIG_CLIENT, rig.bus.credentials.clients[RIG_CLIENT])
+            stranger = Sealer(RIG_CLIENT, new_key())
 
+            async def command(payload: bytes) -> dict:
+                await watcher.publish(topic, payload)
+                return json.loads((await next_message(messages, f"{topic}/result")).payload)
+
+            def sealed(body: object) -> bytes:
+                return sealer.seal(topic, json.dumps(body))
+
+            replayed = sealed({"disconnect": [3]})
+            await command(replayed)  # taken once (port 3 is in no circuit: an error)
             bad = [
-                (b"{not json", "payload is not JSON"),
-                (json.dumps({"connect": [[2, 10]]}).encode(), "token: Field required"),
-                (json.dumps({"token": "nope", "connect": [[2, 10]]}).encode(), "wrong token"),
-                (json.dumps({"token": TOKEN, "connect": "2-10"}).encode(), "connect"),
-                (json.dumps({"token": TOKEN}).encode(), "exactly one of"),
-                (json.dumps({"token": TOKEN, "connect": [[2, 99]]}).encode(),
-                 "port 99 is not on this 8x8"),
-                (json.dumps({"token": TOKEN, "connect": [[2, 9]]}).encode(),
-                 "port 9 is already in circuit"),
+                (b"{not json", "unsigned message"),
+                (json.dumps({"token": TOKEN, "connect": [[2, 10]]}).encode(), "no 'mac'"),
+                (stranger.seal(topic, json.dumps({"connect": [[2, 10]]})), "bad signature"),
+                (replayed, "replayed message"),
+                (sealer.seal(f"{prefix}/command/ocs2", json.dumps({"connect": [[2, 10]]})),
+                 "bad signature"),  # moved to another switch's topic
+                (sealed({"token": TOKEN, "connect": [[2, 10]]}), "tokens are not taken"),
+                (sealed({"connect": "2-10"}), "connect"),
+                (sealed({"connect": [["2", "10"]]}), "connect"),
+                (sealed({"connect": [[True, 10]]}), "connect"),
+                (sealed({"connect": []}), "connect"),
+                (sealed({}), "exactly one of"),
+                (sealed({"connect": [[2, 99]]}), "port 99 is not on this 8x8"),
+                (sealed({"connect": [[2, 9]]}), "port 9 is already in circuit"),
+                (b'["' * 100_000, "nests"),
+                (sealer.seal(topic, "[" * 5_000), "nests"),
+                (b"x" * 300_000, "at most"),
             ]
             for payload, words in bad:
                 reply = await command(payload)
-                assert words in reply["error"], (payload, reply)
+                assert words in (reply["error"] or ""), (payload[:80], reply)
             assert daemon.engine.intended["ocs1"] == {1: 9}  # nothing changed
-            reply = await command(json.dumps({"token": TOKEN, "id": 7,
-                                              "connect": [[2, 10]]}).encode())
+            reply = await command(sealed({"id": 7, "connect": [[2, 10]]}))
             assert reply["request_id"] == 7 and reply["outcome"] == "ok"
+            assert daemon.bus.restarts == 0 and daemon.bus.sessions == 1
             assert emulated.device("ocs1").model.connections == {1: 9, 2: 10}  # type: ignore[attr-defined]
         assert (await next_message(messages, f"{prefix}/daemon")).payload == b"offline"
         # Leave no retained messages behind on the shared broker.
@@ -115,8 +136,9 @@ async def test_the_bridge_reconnects_by_itself(start_rig: StartRig) -> None:
     proxy = CuttableProxy()
     port = await proxy.start()
     try:
-        async with start_rig("bus", name=name, mqtt=f"mqtt://127.0.0.1:{port}",
-                             token=TOKEN) as rig:
+        instance = new_instance()
+        async with start_rig("bus", name=name, token=TOKEN,
+                             mqtt=BusSettings(f"mqtt://127.0.0.1:{port}", instance)) as rig:
             daemon = rig.daemon
             assert daemon.bus is not None
             await daemon.bus.wait_sessions(1, timeout=10)
@@ -125,4 +147,4 @@ async def test_the_bridge_reconnects_by_itself(start_rig: StartRig) -> None:
             assert daemon.bus.connected.is_set()
     finally:
         await proxy.stop()
-        await clear_retained(name, [], MQTT)
+        await clear_retained(BusSettings(MQTT, instance), name, [])

@@ -11,6 +11,9 @@ import httpx
 from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_hosts
 from labd.emulation.rig import clear_retained
+from labd.mqtt.credentials import BusSettings, Credentials
+from labd.mqtt.envelope import new_key
+from labd.mqtt.topics import new_instance
 from labd.lab.file import load_lab
 from tests.broker import MQTT, require_broker
 from tests.labs import endpoint, fiber, host, switch, write_lab
@@ -24,15 +27,20 @@ async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
     name, path = write_lab(tmp_path, "eh", endpoint("h0.nic0"), endpoint("h1.nic0"),
                            host("h0", gpus=4), host("h1", gpus=2))
     lab = load_lab(path)
+    # The hosts' keys, in the file the emulated agents read them from.
+    keys = tmp_path / "keys.toml"
+    Credentials(hosts={"h0": new_key(), "h1": new_key()}).write(keys)
+    bus = BusSettings.load(MQTT, keys, new_instance())
     try:
         async with Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
-                          mqtt="mqtt://127.0.0.1:1883") as daemon:
+                          mqtt=bus) as daemon:
             _, sub = daemon.hub.subscribe()
             assert daemon.bus is not None
             await daemon.bus.wait_sessions(1, timeout=10)
             emulator = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "labd", "emulate", str(path), "--mqtt",
-                "mqtt://127.0.0.1:1883", stdout=asyncio.subprocess.PIPE)
+                sys.executable, "-m", "labd", "emulate", str(path), "--mqtt", MQTT,
+                "--mqtt-credentials", str(keys), "--instance", bus.instance,
+                stdout=asyncio.subprocess.PIPE)
             assert emulator.stdout is not None
             try:
                 lines = []
@@ -70,7 +78,7 @@ async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
                 await emulator.wait()
                 sub.close()
     finally:
-        await clear_retained(name, ["h0", "h1"], MQTT)
+        await clear_retained(bus, name, ["h0", "h1"])
 
 
 async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
@@ -85,7 +93,7 @@ async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
         _, sub = daemon.hub.subscribe()
         assert daemon.bus is not None
         await daemon.bus.wait_sessions(1, timeout=10)
-        hosts = emulated_hosts(daemon.lab, MQTT, emulated)
+        hosts = emulated_hosts(daemon.lab, rig.bus, emulated)
         for emulated_host in hosts:
             emulated_host.start()
         try:

@@ -85,7 +85,8 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
     async with start_rig("fo", ring_lab(), mqtt=MQTT, token="t") as rig, \
             aiomqtt.Client(*BROKER) as watcher:
         lab = rig.daemon.lab
-        await watcher.subscribe(f"labd/{lab.lab.name}/events/failover")
+        assert rig.daemon.bus is not None
+        await watcher.subscribe(f"{rig.daemon.bus.prefix}/events/failover")
         await running(rig)
         daemon = rig.daemon
         before = daemon.jobs.job("ring4").epoch

@@ -3,12 +3,16 @@ hosts (by last will and by missed heartbeats)."""
 
 import asyncio
 import json
+from dataclasses import replace
 
 import httpx
 
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.emulation.rig import clear_retained
+from labd.mqtt.credentials import BusSettings
+from labd.mqtt.envelope import new_key
+from labd.mqtt.topics import new_instance
 from tests.broker import MQTT, require_broker
 from tests.daemon.test_bus import CuttableProxy
 from tests.labs import endpoint, host, unique_name
@@ -34,17 +38,20 @@ async def test_agents_health_failures_and_lost_hosts(start_rig: StartRig) -> Non
     proxy = CuttableProxy()
     proxy_port = await proxy.start()
     a_gpus, c_gpus = EmulatedBackend(count=4), HangingBackend(count=2)
+    # The daemon knows each host's key; each agent holds its own.
+    bus = BusSettings(MQTT, new_instance()).with_keys(hosts={h: new_key() for h in "abc"})
     agents = {
-        "a": Agent(lab=name, host="a", mqtt="mqtt://127.0.0.1:1883", backend=a_gpus,
+        "a": Agent(lab=name, host="a", mqtt=bus.for_host("a"), backend=a_gpus,
                    interval=0.2, expected_gpus=4),
         # b talks to the broker through a connection the test can cut (a crashed host)
-        "b": Agent(lab=name, host="b", mqtt=f"mqtt://127.0.0.1:{proxy_port}",
+        "b": Agent(lab=name, host="b",
+                   mqtt=replace(bus.for_host("b"), url=f"mqtt://127.0.0.1:{proxy_port}"),
                    backend=EmulatedBackend(count=2), interval=0.2),
-        "c": Agent(lab=name, host="c", mqtt="mqtt://127.0.0.1:1883", backend=c_gpus,
+        "c": Agent(lab=name, host="c", mqtt=bus.for_host("c"), backend=c_gpus,
                    interval=0.2),
     }
     try:
-        async with start_rig("hosts", *parts, name=name, mqtt=MQTT, token="t") as rig:
+        async with start_rig("hosts", *parts, name=name, mqtt=bus, token="t") as rig:
             daemon = rig.daemon
             _, sub = daemon.hub.subscribe()
             assert daemon.bus is not None
@@ -78,7 +85,7 @@ async def test_agents_health_failures_and_lost_hosts(start_rig: StartRig) -> Non
 
                 daemon.hosts.handle("a", "heartbeat", b"{not json")
                 warning = await next_event(sub, "warning")
-                assert "bad heartbeat message from host a: not JSON" in warning.data["detail"]
+                assert "bad heartbeat message from host a: it is not JSON" in warning.data["detail"]
                 assert daemon.hosts.hosts["a"].status == "online"
             finally:
                 for task in tasks:
@@ -87,5 +94,5 @@ async def test_agents_health_failures_and_lost_hosts(start_rig: StartRig) -> Non
                 sub.close()
     finally:
         await proxy.stop()
-        await clear_retained(name, agents, MQTT)
+        await clear_retained(bus, name, agents)
     assert json.dumps(hosts)  # the API's answer was plain JSON

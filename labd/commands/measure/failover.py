@@ -48,7 +48,7 @@ def measure_failover(
     from labd.emulation.failover import measure_failover as drills
     from labd.lab.file import file_sha256
     from labd.measure.reconfig import Measured, finishing, new_run, resume_run
-    from labd.mqtt import broker_reachable, local_broker
+    from labd.mqtt.client import broker_reachable, local_broker
 
     if signal_name not in SIGNALS:
         raise fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")

@@ -1,0 +1,100 @@
+"""``labd broker-config``: a lab's MQTT identities, written once: Mosquitto's password and
+ACL files, and one credentials file for the daemon, each host and each client."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from labd.commands.common import console, fail, load
+from labd.errors import BusError
+
+
+def broker_config(
+    lab: Annotated[str, typer.Argument(help="Lab file path, or a packaged lab name.")],
+    out: Annotated[Path, typer.Option(help="Folder to write the files into.")] = Path("mqtt"),
+    instance: Annotated[str, typer.Option(
+        help="The lab instance whose topics these are (labd run --instance).")] = "",
+    client: Annotated[list[str] | None, typer.Option(
+        help="A client allowed to send switch commands over MQTT (repeatable).")] = None,
+    port: Annotated[int, typer.Option(min=1, max=65535,
+                                      help="The listener port in mosquitto.conf.")] = 1883,
+    rotate: Annotated[bool, typer.Option(
+        help="Make new keys and passwords for everyone (default: keep those in OUT).")]
+    = False,
+) -> None:
+    """Write a lab's MQTT identities into OUT: `mosquitto.conf`, `passwd` and `acl` for the
+    broker (anonymous clients refused; each host may publish only under its own topics),
+    `daemon.toml` for `labd run --mqtt-credentials`, `hosts/HOST.toml` for each host's
+    `labd agent --mqtt-credentials` and `clients/NAME.toml` for each client. Every message
+    a host or client sends is also signed with its key, so a spoofed or replayed message
+    changes nothing even on an open broker. Files holding secrets are created mode 0600."""
+    from labd.mqtt.credentials import Credentials, read_credentials, write_private
+    from labd.mqtt.envelope import new_key
+    from labd.mqtt.mosquitto import acl, config, identity, password_line
+    from labd.mqtt.topics import lab_root
+
+    loaded = load(lab)
+    name = loaded.lab.name
+    try:
+        topic_root = lab_root(name, instance)
+    except BusError as exc:
+        raise fail(str(exc)) from None
+    login_root = topic_root.removeprefix("labd/")
+    clients = client or ["operator"]
+    hosts = [h.id for h in loaded.host]
+
+    def kept(path: Path) -> Credentials | None:
+        if rotate or not path.exists():
+            return None
+        try:
+            return read_credentials(path)
+        except BusError as exc:
+            raise fail(f"{exc} (or give --rotate to make new ones)") from None
+
+    def one(path: Path, kind: str, who: str, keys: dict[str, bytes]) -> Credentials:
+        before = kept(path)
+        mine = dict(keys)
+        if before is not None:  # an agent already deployed keeps working
+            mine = {**mine, **{k: v for k, v in {**before.hosts, **before.clients}.items()
+                               if k in mine}}
+        username = identity(login_root, kind, who if kind != "daemon" else "")
+        password = before.password if before and before.password else secrets.token_urlsafe(24)
+        return Credentials(username, password, lab=name, instance=instance,
+                           hosts=mine if kind == "host" else {},
+                           clients=mine if kind == "client" else {})
+
+    host_files = {h: one(out / "hosts" / f"{h}.toml", "host", h, {h: new_key()}) for h in hosts}
+    client_files = {c: one(out / "clients" / f"{c}.toml", "client", c, {c: new_key()})
+                    for c in clients}
+    daemon_before = kept(out / "daemon.toml")
+    daemon = Credentials(
+        identity(login_root, "daemon"),
+        daemon_before.password if daemon_before and daemon_before.password
+        else secrets.token_urlsafe(24),
+        hosts={h: c.hosts[h] for h, c in host_files.items()},
+        clients={c: f.clients[c] for c, f in client_files.items()}, lab=name, instance=instance)
+
+    note = f"labd MQTT credentials for lab {name!r}: secret, keep mode 0600"
+    daemon.write(out / "daemon.toml", note=note)
+    for h, creds in host_files.items():
+        creds.write(out / "hosts" / f"{h}.toml", note=note)
+    for c, creds in client_files.items():
+        creds.write(out / "clients" / f"{c}.toml", note=note)
+    logins = [daemon, *host_files.values(), *client_files.values()]
+    write_private(out / "passwd", "\n".join(password_line(c.username or "", c.password or "")
+                                            for c in logins) + "\n")
+    (out / "acl").write_text(acl(topic_root, login_root, hosts, clients))
+    (out / "mosquitto.conf").write_text(config(port, str((out / "passwd").resolve()),
+                                               str((out / "acl").resolve())))
+    console.print(f"[bold]labd broker-config[/]: lab [cyan]{name}[/], topics {topic_root}/..., "
+                  f"written to {out}/")
+    console.print(f"  broker:  mosquitto -c {out}/mosquitto.conf   (passwd, acl: "
+                  f"{len(logins)} identities; anonymous clients refused)")
+    console.print(f"  daemon:  labd run LAB --mqtt URL --mqtt-credentials {out}/daemon.toml")
+    console.print(f"  hosts:   labd agent ... --mqtt-credentials {out}/hosts/HOST.toml "
+                  f"({len(hosts)} host(s))")
+    console.print(f"  clients: {', '.join(f'{out}/clients/{c}.toml' for c in clients)}")

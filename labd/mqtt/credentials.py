@@ -1,0 +1,166 @@
+"""A lab's MQTT secrets, one TOML file per identity, written by ``labd broker-config``::
+
+    lab = "demo"
+    instance = ""             # optional: the lab instance these topics belong to
+    username = "demo.h1"      # the broker login, where the broker asks for one
+    password = "..."
+    [hosts]                   # signing keys (hex): the daemon's file holds every host's,
+    h1 = "5f0c..."            #   a host's file only its own
+    [clients]                 # who may send switch commands over the bus (the daemon's
+    ci = "9a1d..."            #   file: all of them; a client's file: its own)
+
+The file is created with mode 0600 and refused when others may read it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from labd.errors import BusError
+from labd.mqtt.client import parse_url
+from labd.mqtt.topics import check_instance
+
+MAX_FILE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who we are on the broker and whose seals we know (empty: an open broker, no keys)."""
+
+    username: str | None = None
+    password: str | None = None
+    hosts: Mapping[str, bytes] = field(default_factory=dict)
+    clients: Mapping[str, bytes] = field(default_factory=dict)
+    lab: str = ""
+    instance: str = ""
+
+    def for_host(self, host: str) -> Credentials:
+        """What a host's agent needs: the login and its own key (and no one else's)."""
+        key = self.hosts.get(host)
+        return Credentials(self.username, self.password, {host: key} if key else {},
+                           lab=self.lab, instance=self.instance)
+
+    def with_keys(self, hosts: Mapping[str, bytes] = {},
+                  clients: Mapping[str, bytes] = {}) -> Credentials:
+        """These credentials with more keys (ours win where both name one)."""
+        return replace(self, hosts={**hosts, **self.hosts}, clients={**clients, **self.clients})
+
+    def as_toml(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"lab": self.lab}
+        if self.instance:
+            data["instance"] = self.instance
+        if self.username is not None:
+            data["username"], data["password"] = self.username, self.password or ""
+        data["hosts"] = {h: k.hex() for h, k in sorted(self.hosts.items())}
+        data["clients"] = {c: k.hex() for c, k in sorted(self.clients.items())}
+        return data
+
+    def write(self, path: Path, *, note: str = "") -> None:
+        """Write the file, readable by its owner only from the first byte."""
+        text = (f"# {note}\n" if note else "") + tomli_w.dumps(self.as_toml())
+        write_private(path, text)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Create (or replace) ``path`` with mode 0600 from the start: no moment in which
+    another user could open it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def _keys(path: Path, data: dict[str, Any], table: str) -> dict[str, bytes]:
+    entries = data.get(table, {})
+    if not isinstance(entries, dict):
+        raise BusError(f"{path}: [{table}] must be a table of name = \"hex key\"")
+    keys = {}
+    for name, value in entries.items():
+        try:
+            key = bytes.fromhex(value) if isinstance(value, str) else b""
+        except ValueError:
+            key = b""
+        if len(key) < 16:
+            raise BusError(f"{path}: [{table}] {name}: expected a key of at least 16 bytes "
+                           "in hex (labd broker-config makes them)")
+        keys[str(name)] = key
+    return keys
+
+
+def read_credentials(path: str | os.PathLike[str]) -> Credentials:
+    """The credentials in ``path``; a clear :class:`BusError` for a file that is missing,
+    readable by others, or wrong."""
+    file = Path(path)
+    try:
+        info = file.stat()
+        if info.st_size > MAX_FILE_BYTES:
+            raise BusError(f"{file}: {info.st_size:,} bytes is too large for a credentials file")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise BusError(f"{file}: others may read it (mode {stat.filemode(info.st_mode)}); "
+                           f"it holds secrets: chmod 600 {file}")
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BusError(f"MQTT credentials {file}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BusError(f"MQTT credentials {file}: not TOML: {exc}") from None
+    username, password = data.get("username"), data.get("password")
+    if username is not None and (not isinstance(username, str) or not isinstance(password, str)):
+        raise BusError(f"{file}: 'username' and 'password' must both be text")
+    lab, instance = data.get("lab", ""), data.get("instance", "")
+    if not isinstance(lab, str) or not isinstance(instance, str):
+        raise BusError(f"{file}: 'lab' and 'instance' must be text")
+    try:
+        check_instance(instance)
+    except BusError as exc:
+        raise BusError(f"{file}: {exc}") from None
+    return Credentials(username, password, _keys(file, data, "hosts"),
+                       _keys(file, data, "clients"), lab, instance)
+
+
+@dataclass(frozen=True)
+class BusSettings:
+    """A lab's broker as one client sees it: where it is, the lab instance whose topics it
+    uses, and its credentials."""
+
+    url: str
+    instance: str = ""
+    credentials: Credentials = field(default_factory=Credentials)
+
+    def __post_init__(self) -> None:
+        parse_url(self.url)  # a bad URL is a clear error now, not a retry loop later
+        check_instance(self.instance)
+
+    @classmethod
+    def load(cls, url: str, credentials: str | os.PathLike[str] | None = None,
+             instance: str | None = None) -> BusSettings:
+        """The settings a command line gives: the broker, a credentials file (its instance
+        unless ``instance`` is given)."""
+        creds = read_credentials(credentials) if credentials else Credentials()
+        return cls(url, instance if instance is not None else creds.instance, creds)
+
+    @classmethod
+    def of(cls, value: str | BusSettings) -> BusSettings:
+        return value if isinstance(value, BusSettings) else cls(value)
+
+    def for_host(self, host: str) -> BusSettings:
+        """The broker as one host's agent uses it: with only that host's key."""
+        return replace(self, credentials=self.credentials.for_host(host))
+
+    def with_keys(self, hosts: Mapping[str, bytes] = {},
+                  clients: Mapping[str, bytes] = {}) -> BusSettings:
+        return replace(self, credentials=self.credentials.with_keys(hosts, clients))
+
+    def login(self) -> dict[str, Any]:
+        """aiomqtt.Client's keyword arguments for the broker and its login."""
+        host, port = parse_url(self.url)
+        return {"hostname": host, "port": port, "username": self.credentials.username,
+                "password": self.credentials.password}
