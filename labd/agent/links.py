@@ -20,7 +20,7 @@ import httpx
 
 from labd.client.api import call_json
 from labd.errors import LinkDown, RefusedMessage
-from labd.mqtt.client import NO_DELAY, publish
+from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.topics import host_root
@@ -90,8 +90,7 @@ async def mqtt_link(settings: BusSettings, lab: str, host: str) -> AsyncIterator
     try:
         # One session per host of a lab: a second agent for it takes over.
         name = f"labd-agent-{prefix.removeprefix('labd/')}"
-        async with aiomqtt.Client(**settings.login(), will=will, socket_options=NO_DELAY,
-                                  identifier=name) as client:
+        async with session(**settings.login(), will=will, identifier=name) as client:
             link = MqttLink(client, prefix, sealer)
             await link.publish("status", b"online")
             await client.subscribe(f"{prefix}/job", qos=1)

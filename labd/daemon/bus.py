@@ -31,7 +31,7 @@ import aiomqtt
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from labd.errors import BusError, PayloadError, RefusedMessage, RequestError
-from labd.mqtt.client import NO_DELAY, publish
+from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.payload import loads
@@ -69,8 +69,11 @@ class Complaints:
         self.services = services
         self._last: dict[str, float] = {}
         self._quiet: dict[str, int] = {}
+        self.count = 0
+        """Messages refused so far."""
 
     def __call__(self, who: str, detail: str) -> None:
+        self.count += 1
         now = time.monotonic()
         if now - self._last.get(who, -COMPLAINT_EVERY_S) < COMPLAINT_EVERY_S:
             self._quiet[who] = self._quiet.get(who, 0) + 1
@@ -144,9 +147,8 @@ class MqttBridge:
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
             try:
-                async with aiomqtt.Client(**self.settings.login(), will=will,
-                                          socket_options=NO_DELAY,
-                                          identifier=f"labd-{secrets.token_hex(4)}") as client:
+                async with session(**self.settings.login(), will=will,
+                                   identifier=f"labd-{secrets.token_hex(4)}") as client:
                     delay = 0.1
                     await self._session(client)
             except aiomqtt.MqttError as exc:
@@ -264,8 +266,9 @@ class MqttBridge:
         """Someone else said the daemon is offline while it runs (an impostor, or a will
         delivered late): say it again, so that the lab's subscribers see the truth."""
         if payload == b"offline" and self.connected.is_set() and not self._leaving:
-            self.complain("daemon topic", f"{self.prefix}/daemon was set to 'offline' by "
-                                          "another client; said 'online' again")
+            self.complain("daemon topic", f"{self.prefix}/daemon was set to 'offline' (by "
+                                          "another client, or a late last will of an earlier "
+                                          "connection); said 'online' again")
             await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
 
     async def handle(self, switch: str, payload: bytes | str, *,

@@ -21,6 +21,7 @@ from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import DrillService
 from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
 from labd.lab.file import Lab
+from labd.mqtt.client import session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import new_key
 from labd.mqtt.topics import lab_root, new_instance
@@ -143,7 +144,7 @@ async def clear_retained(bus: str | BusSettings, lab: str, hosts: Iterable[str])
     settings = BusSettings.of(bus)
     root = lab_root(lab, settings.instance)
     with contextlib.suppress(aiomqtt.MqttError):
-        async with aiomqtt.Client(**settings.login()) as cleaner:
+        async with session(**settings.login()) as cleaner:
             for host in hosts:
                 await cleaner.publish(f"{root}/hosts/{host}/status", b"", retain=True)
             await cleaner.publish(f"{root}/daemon", b"", retain=True)

@@ -1,16 +1,58 @@
 """What every MQTT client of labd shares, the daemon's bridge and the GPU-host agents alike:
-the broker's address, sockets that send small messages at once, and a publish that a
-cancellation can stop. Loads nothing of the daemon."""
+the broker's address, sockets that send small messages at once, a session that ends
+quietly when the broker goes, and a publish that a cancellation can stop. Loads nothing of
+the daemon."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
+from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiomqtt
 
 from labd.errors import BusError, LabdError
+
+log = logging.getLogger(__name__)
+
+
+class _Wire(logging.Filter):
+    """paho reports a lost connection as ERROR lines ("failed to receive on socket") from
+    inside its callbacks; labd says it once, as a warning with what it does next (it
+    reconnects). Those lines are kept, at INFO, for whoever asks with -v."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            log.info("MQTT connection: %s", record.getMessage())
+            return False
+        return True
+
+
+#: The logger aiomqtt and paho write to, for every client of labd.
+WIRE = logging.getLogger("labd.mqtt.wire")
+WIRE.addFilter(_Wire())
+
+
+@contextlib.asynccontextmanager
+async def session(**options: Any) -> AsyncIterator[aiomqtt.Client]:
+    """``async with aiomqtt.Client(**options)``, sending small messages at once, and ending
+    without a word of its own when the broker goes: the caller reports that (and
+    reconnects)."""
+    client = aiomqtt.Client(**options, socket_options=NO_DELAY, logger=WIRE)
+    try:
+        async with client:
+            yield client
+    finally:
+        # aiomqtt keeps a lost connection's error in a future that nobody reads once the
+        # session has ended, and asyncio would print it as "Future exception was never
+        # retrieved" with a traceback: read it here (the caller has its own copy).
+        lost = getattr(client, "_disconnected", None)
+        if isinstance(lost, asyncio.Future) and lost.done() and not lost.cancelled():
+            lost.exception()
 
 #: Small messages go out at once. Without TCP_NODELAY a message sent right behind another
 #: (an agent's event after its heartbeat) waits for the broker's delayed ACK: 40 ms on Linux.

@@ -45,7 +45,8 @@ def new_key() -> bytes:
 def _mac(key: bytes, topic: str, sender: str, session: str, seq: int, ts_ns: int,
          body: str) -> str:
     signed = f"labd-mqtt-{VERSION}\n{topic}\n{sender}\n{session}\n{seq}\n{ts_ns}\n{body}"
-    return hmac.new(key, signed.encode(), hashlib.sha256).hexdigest()
+    # surrogatepass: a body may hold any code point JSON can carry, lone surrogates too.
+    return hmac.new(key, signed.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 class Sealer:

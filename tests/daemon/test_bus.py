@@ -7,13 +7,14 @@ import json
 import aiomqtt
 import httpx
 
+from labd.emulation.drill import hosts_ready, wait_for
 from labd.emulation.rig import RIG_CLIENT, clear_retained
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Sealer, new_key
 from labd.mqtt.topics import lab_root, new_instance
 from tests.broker import BROKER, MQTT, next_message, require_broker
-from tests.labs import switch, unique_name
-from tests.rigs import StartRig
+from tests.labs import endpoint, host, switch, unique_name
+from tests.rigs import StartRig, next_event
 
 TOKEN = "bus-token"
 
@@ -148,3 +149,31 @@ async def test_the_bridge_reconnects_by_itself(start_rig: StartRig) -> None:
     finally:
         await proxy.stop()
         await clear_retained(BusSettings(MQTT, instance), name, [])
+
+
+async def test_two_runs_of_one_lab_on_one_broker_never_hear_each_other(
+        start_rig: StartRig) -> None:
+    """Two rigs of a lab of the same name (two `labd demo`s, two CI runners) share the
+    broker: each has an instance of its own, so one's host going silent is the other's
+    business only, and neither refuses the other's messages (it never hears them)."""
+    require_broker()
+    name = unique_name("twin")
+    parts = (endpoint("h0.nic0"), host("h0"))
+    async with start_rig("twin", *parts, name=name, mqtt=MQTT) as a, \
+            start_rig("twin", *parts, name=name, mqtt=MQTT) as b:
+        assert a.daemon.bus is not None and b.daemon.bus is not None
+        assert a.daemon.bus.prefix != b.daemon.bus.prefix
+        _, a_events = a.daemon.hub.subscribe()
+        _, b_events = b.daemon.hub.subscribe()
+        for rig in (a, b):
+            await wait_for(rig.daemon.hub, lambda r=rig: hosts_ready(r.daemon), 20, "h0 online")
+        killed = await b.backdoor.kill_host("h0")
+        lost = await next_event(b_events, "host.lost")
+        assert lost.data["host"] == "h0"
+        # a's h0 still beats, after b's went silent, and a lost nothing.
+        await wait_for(a.daemon.hub, lambda: (a.daemon.hosts.hosts["h0"].last_beat_ns or 0)
+                       > killed, 10, "a heartbeat of a's own h0")
+        assert a.daemon.hosts.hosts["h0"].status == "online"
+        seen = [a_events.queue.get_nowait() for _ in range(a_events.queue.qsize())]
+        assert not [e for e in seen if e is not None and e.kind == "host.lost"]
+        assert a.daemon.bus.complain.count == b.daemon.bus.complain.count == 0

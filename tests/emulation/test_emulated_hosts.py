@@ -11,10 +11,10 @@ import httpx
 from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_hosts
 from labd.emulation.rig import clear_retained
+from labd.lab.file import load_lab
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import new_key
 from labd.mqtt.topics import new_instance
-from labd.lab.file import load_lab
 from tests.broker import MQTT, require_broker
 from tests.labs import endpoint, fiber, host, switch, write_lab
 from tests.rigs import StartRig, next_event

@@ -1,0 +1,124 @@
+"""``labd broker-config`` on a real Mosquitto started with the files it writes: anonymous
+clients are refused, the daemon and a host's agent log in, and a host cannot publish under
+another host's topics (the broker drops it before the daemon could hear it)."""
+
+import asyncio
+import contextlib
+import getpass
+import os
+import shutil
+import socket
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from labd.agent.agent import Agent
+from labd.agent.backends import EmulatedBackend
+from labd.mqtt.credentials import BusSettings, read_credentials
+from labd.mqtt.envelope import Sealer
+from labd.mqtt.topics import lab_root
+from tests.commands.test_cli import run
+from tests.labs import endpoint, host, unique_name, write_lab
+from tests.rigs import StartRig, next_event
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def as_this_user(conf: Path) -> tuple[str, Path]:
+    """The mosquitto binary, and ``conf`` for it to run as the test's user: started as root,
+    Mosquitto becomes the user 'mosquitto', who could not read the files (0600, ours)."""
+    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not os.path.exists(binary):
+        pytest.fail("this test needs the mosquitto binary (Debian: mosquitto); .ci/run has it")
+    mine = conf.with_name("test.conf")
+    mine.write_text(conf.read_text() + f"user {getpass.getuser()}\n")
+    return binary, mine
+
+
+@contextlib.asynccontextmanager
+async def mosquitto(conf: Path, port: int) -> AsyncIterator[None]:
+    """A private Mosquitto on ``port`` with the config written for it."""
+    binary, mine = as_this_user(conf)
+    proc = await asyncio.create_subprocess_exec(binary, "-c", str(mine),
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(10):  # listening, or the reason it is not
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if proc.returncode is not None:
+                        assert proc.stderr is not None
+                        pytest.fail(f"mosquitto exited: {(await proc.stderr.read()).decode()}")
+                    await asyncio.sleep(0.05)
+        yield
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+
+
+async def test_broker_config_binds_every_host_to_its_own_topics(
+        tmp_path: Path, start_rig: StartRig) -> None:
+    name = unique_name("acl")
+    parts = (endpoint("h1.nic0"), endpoint("h2.nic0"), host("h1", emulate=False),
+             host("h2", emulate=False))
+    _, lab_path = write_lab(tmp_path, "acl", *parts, name=name)
+    port, out = free_port(), tmp_path / "mqtt"
+    code, printed, err = await run("broker-config", str(lab_path), "--out", str(out),
+                                   "--port", str(port), "--client", "ci")
+    assert code == 0, err
+    assert "hosts/HOST.toml" in printed
+    for secret in ("daemon.toml", "hosts/h1.toml", "hosts/h2.toml", "clients/ci.toml",
+                   "passwd"):
+        assert stat.S_IMODE((out / secret).stat().st_mode) == 0o600, secret
+    assert read_credentials(out / "hosts/h1.toml").hosts.keys() == {"h1"}  # its own only
+
+    url = f"mqtt://127.0.0.1:{port}"
+    root = lab_root(name)
+    async with mosquitto(out / "mosquitto.conf", port):
+        with pytest.raises(aiomqtt.MqttError):  # anonymous: not authorised
+            async with aiomqtt.Client("127.0.0.1", port) as anonymous:
+                await anonymous.publish(f"{root}/hosts/h1/events", b"{}")
+
+        daemon_bus = BusSettings.load(url, out / "daemon.toml")
+        h1 = BusSettings.load(url, out / "hosts/h1.toml").for_host("h1")
+        agent = Agent(lab=name, host="h1", mqtt=h1, backend=EmulatedBackend(count=1),
+                      interval=0.2)
+        async with start_rig("acl", *parts, name=name, mqtt=daemon_bus, token="t") as rig:
+            daemon = rig.daemon
+            assert daemon.bus is not None
+            await daemon.bus.wait_sessions(1, timeout=10)
+            _, sub = daemon.hub.subscribe()
+            task = asyncio.create_task(agent.run())
+            try:
+                # h1 logs in with its own file and is believed.
+                event = await next_event(sub, "gpu.health")
+                assert event.data["host"] == "h1"
+
+                # h2, logged in as itself, tries to speak for h1: the broker drops it. Then
+                # an unsigned message on its own topic, which the broker lets through and
+                # the daemon refuses: once that refusal is in, the first would have been.
+                h2 = read_credentials(out / "hosts/h2.toml")
+                async with aiomqtt.Client("127.0.0.1", port, username=h2.username,
+                                          password=h2.password) as rogue:
+                    forged = f"{root}/hosts/h1/events"
+                    await rogue.publish(forged, Sealer("h2", h2.hosts["h2"]).seal(
+                        forged, '{"gpu": 0, "health": "failed"}'), qos=1)
+                    await rogue.publish(f"{root}/hosts/h2/heartbeat", b"{}", qos=1)
+                    warning = await next_event(sub, "warning")
+                assert "host h2 refused" in warning.data["detail"]
+                assert daemon.bus.complain.count == 1
+                assert daemon.hosts.hosts["h1"].gpu_health(0) == "healthy"
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                sub.close()
