@@ -44,6 +44,9 @@ class Backdoor:
     async def inject(self, emulator: str, fault: dict[str, Any]) -> None:
         await self._call("POST", f"/v1/emulators/{emulator}/faults", json=fault)
 
+    async def clear_faults(self, emulator: str) -> None:
+        await self._call("DELETE", f"/v1/emulators/{emulator}/faults")
+
     async def describe(self, emulator: str) -> dict[str, Any]:
         """An emulator's kind, endpoints, timing model (switches), faults and state."""
         result: dict[str, Any] = await self._call("GET", f"/v1/emulators/{emulator}")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import aiomqtt
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from labd.errors import BusError, PayloadError, RefusedMessage, RequestError
+from labd.errors import BusError, RequestError
 from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
@@ -253,7 +253,7 @@ class MqttBridge:
             return
         try:
             _, body = self._hosts.open(topic, payload, sender=host, retained=retained)
-        except RefusedMessage as exc:
+        except BusError as exc:  # refused, or too large or too deep to read
             hint = "" if self.settings.credentials.hosts.get(host) else (
                 f"; the daemon has no key for host {host}: give it --mqtt-credentials "
                 "(labd broker-config LAB)")
@@ -279,7 +279,7 @@ class MqttBridge:
         try:
             _, body = self._clients.open(topic, raw)
             data = loads(body, what="command")
-        except (RefusedMessage, PayloadError) as exc:
+        except BusError as exc:  # refused, or too large or too deep to read
             self.complain("commands", f"command for {switch} refused: {exc}")
             return {"error": f"{exc}; commands must be sealed with a client key "
                              "(labd broker-config; docs/daemon.md)"}

@@ -177,3 +177,25 @@ async def test_two_runs_of_one_lab_on_one_broker_never_hear_each_other(
         seen = [a_events.queue.get_nowait() for _ in range(a_events.queue.qsize())]
         assert not [e for e in seen if e is not None and e.kind == "host.lost"]
         assert a.daemon.bus.complain.count == b.daemon.bus.complain.count == 0
+
+
+async def test_a_failure_in_the_bridge_restarts_it_and_the_bus_carries_on(
+        start_rig: StartRig) -> None:
+    """An event the bridge cannot send (here, data that is not JSON) fails its loop: the
+    bridge says so in a warning event and starts again, and later events still go out."""
+    require_broker()
+    async with start_rig("bus", switch(technology="ideal"), mqtt=MQTT, token=TOKEN) as rig, \
+            aiomqtt.Client(*BROKER) as watcher:
+        daemon = rig.daemon
+        assert daemon.bus is not None
+        await daemon.bus.wait_sessions(1, timeout=10)
+        _, sub = daemon.hub.subscribe()
+        await watcher.subscribe(f"{daemon.bus.prefix}/events/#")
+        daemon.hub.publish("odd", {"value": object()})
+        warning = await next_event(sub, "warning")
+        assert "the MQTT bridge failed (TypeError" in warning.data["detail"]
+        await daemon.bus.wait_sessions(2, timeout=15)
+        assert daemon.bus.restarts == 1
+        daemon.hub.publish("note", {"detail": "after the restart"})
+        note = await next_message(watcher.messages, f"{daemon.bus.prefix}/events/note")
+        assert json.loads(note.payload)["data"] == {"detail": "after the restart"}
