@@ -20,8 +20,16 @@ def broker_config(
         help="The lab instance whose topics these are (labd run --instance).")] = "",
     client: Annotated[list[str] | None, typer.Option(
         help="A client allowed to send switch commands over MQTT (repeatable).")] = None,
-    port: Annotated[int, typer.Option(min=1, max=65535,
-                                      help="The listener port in mosquitto.conf.")] = 1883,
+    port: Annotated[int | None, typer.Option(
+        min=1, max=65535, help="The listener port in mosquitto.conf (default: 1883, or 8883 "
+                               "with TLS).")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="The broker's certificate (PEM): the listener takes TLS only (mqtts://).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="The private key of --tls-cert (PEM).")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
+        help="The CA that signed --tls-cert, for every credentials file (default: clients "
+             "trust the system's CAs).")] = None,
     rotate: Annotated[bool, typer.Option(
         help="Make new keys and passwords for everyone (default: keep those in OUT).")]
     = False,
@@ -37,6 +45,15 @@ def broker_config(
     from labd.mqtt.mosquitto import acl, config, identity, password_line
     from labd.mqtt.topics import lab_root
 
+    if (tls_cert is None) != (tls_key is None):
+        raise fail("--tls-cert and --tls-key go together: the broker needs both")
+    if tls_ca is not None and tls_cert is None:
+        raise fail("--tls-ca is for a TLS listener: give --tls-cert and --tls-key too")
+    for given in (tls_cert, tls_key, tls_ca):
+        if given is not None and not given.is_file():
+            raise fail(f"{given}: no such file")
+    tls = {"ca": str(tls_ca.resolve())} if tls_ca is not None else {}
+    port = port or (8883 if tls_cert else 1883)
     loaded = load(lab)
     name = loaded.lab.name
     try:
@@ -63,7 +80,7 @@ def broker_config(
                                if k in mine}}
         username = identity(login_root, kind, who if kind != "daemon" else "")
         password = before.password if before and before.password else secrets.token_urlsafe(24)
-        return Credentials(username, password, lab=name, instance=instance,
+        return Credentials(username, password, lab=name, instance=instance, tls=tls,
                            hosts=mine if kind == "host" else {},
                            clients=mine if kind == "client" else {})
 
@@ -76,7 +93,8 @@ def broker_config(
         daemon_before.password if daemon_before and daemon_before.password
         else secrets.token_urlsafe(24),
         hosts={h: c.hosts[h] for h, c in host_files.items()},
-        clients={c: f.clients[c] for c, f in client_files.items()}, lab=name, instance=instance)
+        clients={c: f.clients[c] for c, f in client_files.items()}, lab=name, instance=instance,
+        tls=tls)
 
     note = f"labd MQTT credentials for lab {name!r}: secret, keep mode 0600"
     daemon.write(out / "daemon.toml", note=note)
@@ -88,13 +106,17 @@ def broker_config(
     write_private(out / "passwd", "\n".join(password_line(c.username or "", c.password or "")
                                             for c in logins) + "\n")
     (out / "acl").write_text(acl(topic_root, login_root, hosts, clients))
+    server_tls = ((str(tls_cert.resolve()), str(tls_key.resolve()))
+                  if tls_cert is not None and tls_key is not None else None)
     (out / "mosquitto.conf").write_text(config(port, str((out / "passwd").resolve()),
-                                               str((out / "acl").resolve())))
+                                               str((out / "acl").resolve()), server_tls))
+    scheme = "mqtts" if server_tls else "mqtt"
     console.print(f"[bold]labd broker-config[/]: lab [cyan]{name}[/], topics {topic_root}/..., "
                   f"written to {out}/")
     console.print(f"  broker:  mosquitto -c {out}/mosquitto.conf   (passwd, acl: "
                   f"{len(logins)} identities; anonymous clients refused)")
-    console.print(f"  daemon:  labd run LAB --mqtt URL --mqtt-credentials {out}/daemon.toml")
+    console.print(f"  daemon:  labd run LAB --mqtt {scheme}://BROKER:{port} "
+                  f"--mqtt-credentials {out}/daemon.toml")
     console.print(f"  hosts:   labd agent ... --mqtt-credentials {out}/hosts/HOST.toml "
                   f"({len(hosts)} host(s))")
     console.print(f"  clients: {', '.join(f'{out}/clients/{c}.toml' for c in clients)}")

@@ -76,14 +76,20 @@ async def publish(client: aiomqtt.Client, topic: str, payload: str | bytes, *, q
 
 
 def parse_url(url: str) -> tuple[str, int]:
+    """Host and port of ``mqtt://HOST[:PORT]`` (1883) or ``mqtts://HOST[:PORT]`` (TLS, 8883)."""
     try:
         parts = urlsplit(url if "://" in url else f"mqtt://{url}")
-        port = parts.port or 1883
+        port = parts.port or (8883 if parts.scheme == "mqtts" else 1883)
     except ValueError:
         raise BusError(f"MQTT broker {url!r}: the port must be a number") from None
-    if parts.scheme not in ("mqtt", "tcp") or not parts.hostname:
-        raise BusError(f"MQTT broker {url!r}: expected mqtt://HOST[:PORT]")
+    if parts.scheme not in ("mqtt", "tcp", "mqtts") or not parts.hostname:
+        raise BusError(f"MQTT broker {url!r}: expected mqtt://HOST[:PORT], or mqtts:// for TLS")
     return parts.hostname, port
+
+
+def wants_tls(url: str) -> bool:
+    """Whether ``url`` names a TLS listener (``mqtts://``)."""
+    return url.startswith("mqtts://")
 
 
 LOCAL_BROKER = "mqtt://127.0.0.1:1883"

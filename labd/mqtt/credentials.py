@@ -8,6 +8,10 @@
     h1 = "5f0c..."            #   a host's file only its own
     [clients]                 # who may send switch commands over the bus (the daemon's
     ci = "9a1d..."            #   file: all of them; a client's file: its own)
+    [tls]                     # optional, for an mqtts:// broker (paths relative to this file)
+    ca = "ca.pem"             #   the CA that signed the broker's certificate (default: the
+    cert = "client.pem"       #   system's); a client certificate and key, where the broker
+    key = "client.key"        #   asks for one
 
 The file is created with mode 0600 and refused when others may read it.
 """
@@ -15,6 +19,7 @@ The file is created with mode 0600 and refused when others may read it.
 from __future__ import annotations
 
 import os
+import ssl
 import stat
 import tomllib
 from collections.abc import Mapping
@@ -25,7 +30,7 @@ from typing import Any
 import tomli_w
 
 from labd.errors import BusError
-from labd.mqtt.client import parse_url
+from labd.mqtt.client import parse_url, wants_tls
 from labd.mqtt.topics import check_instance
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -41,12 +46,14 @@ class Credentials:
     clients: Mapping[str, bytes] = field(default_factory=dict)
     lab: str = ""
     instance: str = ""
+    tls: Mapping[str, str] = field(default_factory=dict)
+    """``ca``, ``cert``, ``key``: absolute paths of PEM files, for an mqtts:// broker."""
 
     def for_host(self, host: str) -> Credentials:
         """What a host's agent needs: the login and its own key (and no one else's)."""
         key = self.hosts.get(host)
         return Credentials(self.username, self.password, {host: key} if key else {},
-                           lab=self.lab, instance=self.instance)
+                           lab=self.lab, instance=self.instance, tls=self.tls)
 
     def with_keys(self, hosts: Mapping[str, bytes] = {},
                   clients: Mapping[str, bytes] = {}) -> Credentials:
@@ -61,6 +68,8 @@ class Credentials:
             data["username"], data["password"] = self.username, self.password or ""
         data["hosts"] = {h: k.hex() for h, k in sorted(self.hosts.items())}
         data["clients"] = {c: k.hex() for c, k in sorted(self.clients.items())}
+        if self.tls:
+            data["tls"] = dict(self.tls)
         return data
 
     def write(self, path: Path, *, note: str = "") -> None:
@@ -96,6 +105,19 @@ def _keys(path: Path, data: dict[str, Any], table: str) -> dict[str, bytes]:
     return keys
 
 
+TLS_FILES = ("ca", "cert", "key")
+
+
+def _tls(path: Path, data: dict[str, Any]) -> dict[str, str]:
+    entries = data.get("tls", {})
+    if not isinstance(entries, dict) or not all(
+            k in TLS_FILES and isinstance(v, str) and v for k, v in entries.items()):
+        raise BusError(f"{path}: [tls] takes only ca, cert and key, each a file path")
+    if "key" in entries and "cert" not in entries:
+        raise BusError(f"{path}: [tls] key without cert: give the client certificate too")
+    return {k: str((path.parent / v).resolve()) for k, v in entries.items()}
+
+
 def read_credentials(path: str | os.PathLike[str]) -> Credentials:
     """The credentials in ``path``; a clear :class:`BusError` for a file that is missing,
     readable by others, or wrong."""
@@ -123,7 +145,7 @@ def read_credentials(path: str | os.PathLike[str]) -> Credentials:
     except BusError as exc:
         raise BusError(f"{file}: {exc}") from None
     return Credentials(username, password, _keys(file, data, "hosts"),
-                       _keys(file, data, "clients"), lab, instance)
+                       _keys(file, data, "clients"), lab, instance, _tls(file, data))
 
 
 @dataclass(frozen=True)
@@ -162,5 +184,22 @@ class BusSettings:
     def login(self) -> dict[str, Any]:
         """aiomqtt.Client's keyword arguments for the broker and its login."""
         host, port = parse_url(self.url)
-        return {"hostname": host, "port": port, "username": self.credentials.username,
-                "password": self.credentials.password}
+        options: dict[str, Any] = {"hostname": host, "port": port,
+                                   "username": self.credentials.username,
+                                   "password": self.credentials.password}
+        if wants_tls(self.url):
+            options["tls_context"] = self.tls_context()
+        return options
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS context for an mqtts:// broker: its certificate checked against the CA in
+        the credentials' [tls] (else the system's), our own certificate where one is given."""
+        files = self.credentials.tls
+        try:
+            context = ssl.create_default_context(cafile=files.get("ca"))
+            if "cert" in files:
+                context.load_cert_chain(files["cert"], files.get("key"))
+        except (OSError, ssl.SSLError) as exc:
+            named = ", ".join(f"{k} {v}" for k, v in files.items()) or "the system's CAs"
+            raise BusError(f"MQTT TLS ({named}): {exc}") from None
+        return context

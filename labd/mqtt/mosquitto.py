@@ -52,9 +52,12 @@ def acl(topic_root: str, login_root: str, hosts: Iterable[str],
     return "\n".join(lines)
 
 
-def config(port: int, passwd: str, acl_file: str) -> str:
-    """A listener that takes only the lab's identities."""
+def config(port: int, passwd: str, acl_file: str,
+           tls: tuple[str, str] | None = None) -> str:
+    """A listener that takes only the lab's identities (over TLS where ``tls`` gives the
+    broker's certificate and key files)."""
     return "\n".join([
         "# labd: a listener for the lab's identities only (labd broker-config)",
         f"listener {port}", "allow_anonymous false", f"password_file {passwd}",
-        f"acl_file {acl_file}", ""])
+        f"acl_file {acl_file}",
+        *([f"certfile {tls[0]}", f"keyfile {tls[1]}"] if tls else []), ""])

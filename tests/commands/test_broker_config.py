@@ -9,7 +9,9 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import aiomqtt
@@ -20,6 +22,7 @@ from labd.agent.backends import EmulatedBackend
 from labd.mqtt.credentials import BusSettings, read_credentials
 from labd.mqtt.envelope import Sealer
 from labd.mqtt.topics import lab_root
+from tests.broker import next_message
 from tests.commands.test_cli import run
 from tests.labs import endpoint, host, unique_name, write_lab
 from tests.rigs import StartRig, next_event
@@ -122,3 +125,68 @@ async def test_broker_config_binds_every_host_to_its_own_topics(
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 sub.close()
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    binary = shutil.which("openssl")
+    if binary is None:
+        pytest.fail("this test needs the openssl command (Debian: openssl) to make certificates")
+    subprocess.run([binary, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A test CA, and a broker certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    folder.mkdir()
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=labd test CA", cwd=folder)
+    openssl("req", *ec, "-keyout", "broker.key", "-out", "broker.csr",
+            "-subj", "/CN=127.0.0.1", cwd=folder)
+    (folder / "san").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "broker.pem", "-days", "2", "-extfile", "san", cwd=folder)
+    return folder / "ca.pem", folder / "broker.pem", folder / "broker.key"
+
+
+async def test_broker_config_with_certificates_takes_tls_only(tmp_path: Path) -> None:
+    ca, cert, key = certificates(tmp_path / "tls")
+    name = unique_name("tls")
+    _, lab_path = write_lab(tmp_path, "tls", endpoint("h1.nic0"), host("h1", emulate=False),
+                            name=name)
+    port, out = free_port(), tmp_path / "mqtt"
+    code, printed, err = await run("broker-config", str(lab_path), "--out", str(out),
+                                   "--port", str(port), "--tls-cert", str(cert),
+                                   "--tls-key", str(key), "--tls-ca", str(ca))
+    assert code == 0, err
+    assert f"mqtts://BROKER:{port}" in printed
+    assert read_credentials(out / "hosts/h1.toml").tls == {"ca": str(ca.resolve())}
+
+    url = f"mqtts://127.0.0.1:{port}"
+    topic = f"{lab_root(name)}/hosts/h1/heartbeat"
+    async with mosquitto(out / "mosquitto.conf", port):
+        daemon = BusSettings.load(url, out / "daemon.toml")
+        h1 = BusSettings.load(url, out / "hosts/h1.toml").for_host("h1")
+        async with aiomqtt.Client(**daemon.login()) as listener:
+            await listener.subscribe(topic)
+            async with aiomqtt.Client(**h1.login()) as agent:
+                await agent.publish(topic, b"over TLS", qos=1)
+            message = await next_message(listener.messages, topic)
+            assert message.payload == b"over TLS"
+
+        # Without the lab's CA the broker's certificate is not trusted; in clear, the TLS
+        # listener does not answer MQTT at all.
+        untrusted = BusSettings(url, credentials=replace(daemon.credentials, tls={}))
+        with pytest.raises(aiomqtt.MqttError):
+            async with aiomqtt.Client(**untrusted.login(), timeout=5):
+                pass
+        with pytest.raises(aiomqtt.MqttError):
+            async with aiomqtt.Client(**BusSettings.load(
+                    f"mqtt://127.0.0.1:{port}", out / "daemon.toml").login(), timeout=5):
+                pass
+
+
+async def test_broker_config_refuses_half_a_tls_setup(tmp_path: Path) -> None:
+    _, lab_path = write_lab(tmp_path, "half", endpoint("h1.nic0"), host("h1", emulate=False))
+    code, _, err = await run("broker-config", str(lab_path), "--out", str(tmp_path / "m"),
+                             "--tls-cert", str(tmp_path / "nope.pem"))
+    assert code != 0 and "--tls-cert and --tls-key go together" in err
