@@ -3,6 +3,10 @@
 ``ENT-CRS`` provisions a connection (AS=UMA, OS=RDY), ``ACT-CRS`` activates it (AS=IS, OS=IS;
 the mirrors move), ``CANC-CRS`` deactivates and ``DLT-CRS`` deletes. Only active connections
 are part of the cross-connect map; provisioned ones are listed by :meth:`provisioned`.
+A change cut off between the two phases (a refused ``ENT-CRS``, a connection lost before
+``ACT-CRS``) would leave labd's own provisioned connections holding their ports for good:
+the driver deletes those it entered and did not activate, at once where the link still
+answers, else before its next connect.
 
 Ports are ``shelf.slot.port`` on the device; labd numbers them 1..N, port n being
 ``1.<(n-1)//ports_per_slot + 1>.<(n-1)%ports_per_slot + 1>`` (``ports_per_slot`` defaults
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from instruments.errors import ProtocolError
+from instruments.errors import InstrumentError, ProtocolError
 from instruments.link import Link
 from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
 from instruments.tl1_switch import Tl1Switch, port_values
@@ -41,6 +45,8 @@ class CalientTl1(Tl1Switch):
         self.ports_per_slot = int(self.options.get("ports_per_slot", 32))
         self.group = str(self.options.get("group", "SYSTEM"))
         self.aid_lists = bool(self.options.get("aid_lists", True))
+        self._unactivated: set[Pair] = set()
+        """Connections this driver entered and has not seen activated."""
 
     def aid(self, port: int) -> str:
         slot, index = divmod(port - 1, self.ports_per_slot)
@@ -97,11 +103,30 @@ class CalientTl1(Tl1Switch):
         return [self._pair_of(r) for r in rows if r.get("AS", "IS") != "IS"]
 
     async def _connect(self, link: Link, pairs: list[Pair]) -> None:
-        for aid in self._pair_aids(pairs):
-            await self._cmd(link, "ENT-CRS", aid, f"{self.group},2WAY")
-        for aid in self._pair_aids(pairs):
-            link.activating()  # the mirrors move on ACT-CRS, not on ENT-CRS
-            await self._cmd(link, "ACT-CRS", aid)
+        if self._unactivated:
+            await self._forget_unactivated(link)
+        self._unactivated.update(pairs)
+        try:
+            for aid in self._pair_aids(pairs):
+                await self._cmd(link, "ENT-CRS", aid, f"{self.group},2WAY")
+            for aid in self._pair_aids(pairs):
+                link.activating()  # the mirrors move on ACT-CRS, not on ENT-CRS
+                await self._cmd(link, "ACT-CRS", aid)
+        except InstrumentError:
+            try:
+                await self._forget_unactivated(link)
+            except InstrumentError:
+                pass  # the link is gone: the next connect tidies up
+            raise
+        self._unactivated.difference_update(pairs)
+
+    async def _forget_unactivated(self, link: Link) -> None:
+        """Delete the connections we entered that the device holds as provisioned only."""
+        stale = [p for p in (self._pair_of(r) for r in await self._crs(link)
+                             if r.get("AS", "IS") != "IS") if p in self._unactivated]
+        for aid in self._pair_aids(stale) if stale else []:
+            await self._cmd(link, "DLT-CRS", aid)
+        self._unactivated.clear()
 
     async def _disconnect(self, link: Link, lows: list[int]) -> None:
         pairs = [(a, self.expected[a]) for a in lows if a in self.expected]

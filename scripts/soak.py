@@ -97,6 +97,9 @@ class Soak:
         self.statuses: collections.Counter[int] = collections.Counter()
         self.server_errors: list[str] = []
         self.differences: dict[str, str] = {}
+        self.failed: collections.Counter[str] = collections.Counter()
+        self.drift_events = 0
+        self.reasons: collections.Counter[str] = collections.Counter()
 
     def _note(self, what: str, response: httpx.Response) -> None:
         self.statuses[response.status_code] += 1
@@ -162,7 +165,7 @@ class Soak:
 
     async def bad_http(self) -> None:
         rng = self.rng
-        sw = rng.choice(self.switches + ["nope", "x" * 300, "%00"])
+        sw = rng.choice([*self.switches, "nope", "x" * 300, "%00"])
         choice = rng.randrange(6)
         if choice == 0:
             r = await self.http.post(f"/v1/switches/{sw}/connections",
@@ -187,8 +190,8 @@ class Soak:
     async def bad_websocket(self) -> None:
         url = str(self.http.base_url).rstrip("/").replace("http", "ws", 1) + "/v1/events"
         try:
-            async with websockets.connect(url, additional_headers=dict(self.http.headers),
-                                          open_timeout=5) as ws:
+            token = {"Authorization": self.http.headers["Authorization"]}
+            async with websockets.connect(url, additional_headers=token, open_timeout=5) as ws:
                 await asyncio.wait_for(ws.recv(), 5)  # the snapshot
                 for _ in range(self.rng.randint(1, 5)):
                     await ws.send(self.rng.randbytes(self.rng.randint(0, 5000)))
@@ -210,7 +213,8 @@ class Soak:
         elif choice == 1:
             topic, payload = command, json.dumps({"token": "guess", "connect": [[1, 2]]}).encode()
         elif choice == 2:  # sealed with a key the daemon does not know
-            topic, payload = command, Sealer(RIG_CLIENT, new_key()).seal(command, '{"connect": [[1, 2]]}')
+            stranger = Sealer(RIG_CLIENT, new_key())
+            topic, payload = command, stranger.seal(command, '{"connect": [[1, 2]]}')
         elif choice == 3:  # sealed properly, with junk inside
             sealer = Sealer(RIG_CLIENT, bus.credentials.clients[RIG_CLIENT])
             topic, payload = command, sealer.seal(command, json.dumps({"connect": junk(rng)}))
@@ -271,6 +275,36 @@ async def settle(soak: Soak, deadline_s: float) -> dict[str, bool]:
     return verdict
 
 
+async def restore(soak: Soak, verdict: dict[str, bool]) -> list[str]:
+    """What an operator does on a drift: put the intended map back (a whole-map replacement
+    through the API). Only for a switch whose changes failed while the soak ran: a drift
+    with no failed change behind it would be silent, and is reported instead."""
+    restored = []
+    for sw, ok in verdict.items():
+        if ok or not soak.failed[sw]:
+            continue
+        intended = soak.rig.daemon.engine.intended.get(sw, {})
+        r = await soak.http.put(f"/v1/switches/{sw}/connections",
+                                json={"pairs": [[a, b] for a, b in sorted(intended.items())]})
+        soak._note(f"restore {sw}", r)
+        restored.append(sw)
+    return restored
+
+
+async def count_failures(soak: Soak) -> None:
+    """Failed changes per switch, as the daemon reports them on its event stream."""
+    _, subscription = soak.rig.daemon.hub.subscribe()
+    try:
+        while (event := await subscription.next()) is not None:
+            if event.kind == "reconfiguration" and event.data.get("outcome") == "failed":
+                soak.failed[event.data["switch"]] += 1
+                soak.reasons[f"{event.data['switch']}: {str(event.data.get('error'))[:90]}"] += 1
+            elif event.kind in ("drift", "instrument.drift", "instrument.resync"):
+                soak.drift_events += 1
+    finally:
+        subscription.close()
+
+
 async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
     rng = random.Random(seed)
     tracebacks = Tracebacks()
@@ -283,6 +317,7 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                 httpx.AsyncClient(base_url=rig.daemon.url, timeout=30,
                                   headers={"Authorization": "Bearer soak"}) as http:
             soak = Soak(rig, rng, http)
+            counting = asyncio.create_task(count_failures(soak))
             rss0, fds0 = rss_and_fds()
             console.print(f"[bold]soak[/]: lab demo, {minutes:g} min, seed {seed}, MQTT "
                           f"{broker or 'off'}; start: RSS {rss0:.0f} MiB, {fds0} fds")
@@ -312,6 +347,11 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                 await client.__aexit__(None, None, None)
             await soak.heal()
             verdict = await settle(soak, 60)
+            drifted = {sw: soak.differences.get(sw, "") for sw, ok in verdict.items() if not ok}
+            restored = await restore(soak, verdict)
+            if restored:
+                verdict = await settle(soak, 60)
+            counting.cancel()
             rss1, fds1 = rss_and_fds()
             refused = rig.daemon.bus.complain.count if rig.daemon.bus is not None else 0
     console.print(f"end: RSS {rss1:.0f} MiB, {fds1} fds (start: {rss0:.0f} MiB, {fds0} fds)")
@@ -325,6 +365,14 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
         console.print(f"  {line}")
     for record in tracebacks.records[:10]:
         console.print(f"  {record.name}: {record.getMessage()[:200]}")
+    console.print(f"failed changes (reported, with drift read back where the switch "
+                  f"answered): {sum(soak.failed.values())} ({dict(soak.failed)}); drift "
+                  f"events: {soak.drift_events}")
+    for reason, count in soak.reasons.most_common(8):
+        console.print(f"  {count} × {reason}")
+    for sw, difference in drifted.items():
+        how = "restored through the API" if sw in restored else "SILENT: no failed change"
+        console.print(f"  after healing, {sw} differed ({how}): {difference[:300]}")
     console.print("intended = observed: " + ", ".join(
         f"{sw} {'yes' if ok else 'NO'}" for sw, ok in verdict.items()))
     for sw, ok_ in verdict.items():
