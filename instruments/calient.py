@@ -16,6 +16,7 @@ refuses ``&`` lists.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from instruments.errors import InstrumentError, ProtocolError
@@ -113,10 +114,9 @@ class CalientTl1(Tl1Switch):
                 link.activating()  # the mirrors move on ACT-CRS, not on ENT-CRS
                 await self._cmd(link, "ACT-CRS", aid)
         except InstrumentError:
-            try:
+            # If the link is gone too, the next connect tidies up.
+            with contextlib.suppress(InstrumentError):
                 await self._forget_unactivated(link)
-            except InstrumentError:
-                pass  # the link is gone: the next connect tidies up
             raise
         self._unactivated.difference_update(pairs)
 

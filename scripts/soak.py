@@ -369,7 +369,7 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                   f"answered): {sum(soak.failed.values())} ({dict(soak.failed)}); drift "
                   f"events: {soak.drift_events}")
     for reason, count in soak.reasons.most_common(8):
-        console.print(f"  {count} × {reason}")
+        console.print(f"  {count} x {reason}")
     for sw, difference in drifted.items():
         how = "restored through the API" if sw in restored else "SILENT: no failed change"
         console.print(f"  after healing, {sw} differed ({how}): {difference[:300]}")
