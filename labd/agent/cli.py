@@ -29,7 +29,7 @@ def agent(
     host: Annotated[str, typer.Option(help="This host's id, as in the lab file's \\[\\[host]].")],
     lab: Annotated[str, typer.Option(help="The lab's name, as in its lab file (lab.name).")],
     mqtt: Annotated[str | None, typer.Option(
-        help="The lab's MQTT broker, mqtt://HOST[:PORT].")] = None,
+        help="The lab's MQTT broker, mqtt://HOST[:PORT] (mqtts:// for TLS).")] = None,
     mqtt_credentials: Annotated[str | None, typer.Option(
         help="This host's credentials file (labd broker-config writes hosts/HOST.toml): its "
              "broker login and the key that signs what it sends. Without one the daemon "

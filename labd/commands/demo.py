@@ -27,7 +27,8 @@ def demo(
     = False,
     db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL); "
                                                 "default a temporary file.")] = None,
-    mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT], for the "
+    mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT] "
+                                                  "(mqtts:// for TLS), for the "
                                                   "daemon's events and the failover drill's "
                                                   "hosts (default: one on this machine, if "
                                                   "any).")] = None,

@@ -22,7 +22,8 @@ def emulate(
     resolved: Annotated[Path | None, typer.Option(
         help="Also write a copy of the lab file pointing at the emulators.")] = None,
     mqtt: Annotated[str | None, typer.Option(
-        help="MQTT broker the emulated GPU hosts' agents report to, mqtt://HOST[:PORT].")]
+        help="MQTT broker the emulated GPU hosts' agents report to, "
+             "mqtt://HOST[:PORT] (mqtts:// for TLS).")]
     = None,
     mqtt_credentials: Annotated[str | None, typer.Option(
         help="Credentials with the emulated hosts' keys (labd broker-config's daemon.toml); "

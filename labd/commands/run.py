@@ -24,7 +24,8 @@ def run_daemon(
         help="On start, put back the intended circuits if a switch differs "
              "(--no-restore only reports the drift).")] = True,
     mqtt: Annotated[str | None, typer.Option(
-        help="MQTT broker, mqtt://HOST[:PORT]; events and commands go through it.")] = None,
+        help="MQTT broker, mqtt://HOST[:PORT] (mqtts:// for TLS); events and commands "
+             "go through it.")] = None,
     mqtt_credentials: Annotated[str | None, typer.Option(
         help="The daemon's MQTT credentials (labd broker-config writes daemon.toml): its "
              "broker login and the keys of the hosts and clients whose signed messages it "
