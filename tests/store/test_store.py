@@ -4,6 +4,7 @@ import asyncio
 import os
 import random
 import stat
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from labd.errors import StoreError, StoreUnavailable
 from labd.store import Store
 from labd.store.models import PairChange, Reconfiguration
 from labd.store.store import ReconfigurationRecord, set_intended
+from tests.labs import switch
 from tests.store.refusals import refusing
 
 PG = os.environ.get("LABD_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -181,3 +183,24 @@ async def test_a_refused_write_is_an_error_and_records_nothing(tmp_path: Path,
 def test_a_refused_store_answers_503() -> None:
     assert issubclass(StoreUnavailable, StoreError)
     assert status_of(StoreUnavailable("store refused")) == 503
+
+
+async def test_labd_run_on_a_damaged_store_refuses_to_start(tmp_path: Path) -> None:
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[lab]\nname = "damaged"\n' + switch(size="8x8", switch_ms=1))
+    db = tmp_path / "store.sqlite"
+    await _filled(db, 2000)
+    _damage(db, 5)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "run", str(lab), "--db", str(db), "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(120):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    said = " ".join((out.decode() + err.decode()).split())  # as read, not as wrapped
+    assert proc.returncode not in (0, None), said
+    assert "is damaged" in said and "backup" in said and "Traceback" not in said
