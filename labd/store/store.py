@@ -330,6 +330,7 @@ class Store:
         try:
             return await asyncio.to_thread(run)
         except SQLAlchemyError as exc:
+            log.error("store %s refused a read: %s", self.where, _reason(exc))
             raise StoreUnavailable(f"store {self.where!r} cannot be read now: {_reason(exc)}"
                                    f"{_ADVICE}") from None
 

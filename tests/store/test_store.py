@@ -204,3 +204,18 @@ async def test_labd_run_on_a_damaged_store_refuses_to_start(tmp_path: Path) -> N
     said = " ".join((out.decode() + err.decode()).split())  # as read, not as wrapped
     assert proc.returncode not in (0, None), said
     assert "is damaged" in said and "backup" in said and "Traceback" not in said
+
+
+async def test_a_refused_read_is_a_store_error_and_the_probe_clears(url: str) -> None:
+    store = Store(url)
+    await store.open()
+    try:
+        with pytest.raises(StoreUnavailable, match="cannot be read now"):
+            await store.read(lambda s: s.execute(sqlalchemy.text("SELECT * FROM no_such")))
+        # After a refusal, the empty write that tells whether the store is back.
+        store.failing = "refused before"
+        await store.check_writable()
+        assert store.failing is None
+        assert await store.record(row(1)) == 1
+    finally:
+        await store.close()
