@@ -256,7 +256,9 @@ class Engine:
                 self.intended[name] = previous
                 undone = (await self._undo(name, switch, make, brk, replace is not None)
                           if outcome != "failed" else "")
-                raise StoreUnavailable(f"{name}: the change is refused, {exc}{undone}") from None
+                refusal = f"{name}: the change is refused, {exc}{undone}"
+                self.hub.publish("warning", {"detail": refusal})
+                raise StoreUnavailable(refusal) from None
         await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())

@@ -79,6 +79,7 @@ async def test_a_change_the_store_refuses_is_refused_and_undone(start_rig: Start
         engine, store = rig.daemon.engine, rig.daemon.store
         await engine.reconfigure("ocs1", connect=[(1, 9)], verify_light=False)
         before = await _recorded(store)
+        _, heard = rig.daemon.hub.subscribe()
         with refusing(store, "read-only"):
             # The device acknowledged, the store refused: no acknowledgement, the switch
             # put back, nothing recorded.
@@ -86,6 +87,15 @@ async def test_a_change_the_store_refuses_is_refused_and_undone(start_rig: Start
                 await engine.reconfigure("ocs1", connect=[(2, 10)], disconnect=[1],
                                          verify_light=False)
             assert "put back" in str(info.value)
+            # Announced as a warning, never as a reconfiguration.
+            kinds = []
+            while not heard.queue.empty():
+                event = heard.queue.get_nowait()
+                assert event is not None
+                kinds.append((event.kind, event.data.get("detail")))
+            assert ("warning", str(info.value)) in kinds
+            assert "reconfiguration" not in {kind for kind, _ in kinds}
+            heard.close()
             assert engine.intended["ocs1"] == {1: 9}
             truth = await rig.backdoor.truth("ocs1")
             assert dict(map(tuple, truth["state"]["connections"])) == {1: 9}
