@@ -541,13 +541,18 @@ def packaged_labs() -> dict[str, Path]:
 def resolve_lab_path(name_or_path: str | os.PathLike[str]) -> Path:
     text = str(name_or_path)
     path = Path(text)
-    if path.exists():
-        return path
+    shown = text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+    try:
+        if path.exists():
+            return path
+    except (OSError, ValueError) as exc:  # a name too long for the system, a NUL in it
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise LabFileError(shown, [f"{shown}: cannot be a lab file's name: {reason}"]) from None
     labs = packaged_labs()
     if text in labs:
         return labs[text]
-    raise LabFileError(text, [
-        f"{text}: no such file, and no packaged lab of that name "
+    raise LabFileError(shown, [
+        f"{shown}: no such file, and no packaged lab of that name "
         f"(packaged: {', '.join(sorted(labs))})"
     ])
 

@@ -268,3 +268,10 @@ def test_a_demo_with_any_value_anywhere_is_a_lab_or_a_lab_file_error(
         except (KeyError, IndexError, TypeError):
             continue  # an earlier change removed the place
     only_lab_file_errors(lambda: parse_lab(data, "lab.toml"))
+
+
+@pytest.mark.parametrize("name", ["a" * 5000, "x/" * 3000, "a\x00b"])
+def test_a_name_no_file_can_have_is_a_lab_file_error(name: str) -> None:
+    with pytest.raises(LabFileError, match="cannot be a lab file's name") as info:
+        load_lab(name)
+    assert all(len(p) < 400 for p in info.value.problems)
