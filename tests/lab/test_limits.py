@@ -272,6 +272,6 @@ def test_a_demo_with_any_value_anywhere_is_a_lab_or_a_lab_file_error(
 
 @pytest.mark.parametrize("name", ["a" * 5000, "x/" * 3000, "a\x00b"])
 def test_a_name_no_file_can_have_is_a_lab_file_error(name: str) -> None:
-    with pytest.raises(LabFileError, match="cannot be a lab file's name") as info:
+    with pytest.raises(LabFileError, match=r"cannot be a lab file's name|no such file") as info:
         load_lab(name)
     assert all(len(p) < 400 for p in info.value.problems)
