@@ -10,6 +10,7 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     LabdError
     ├── LabFileError           the lab file cannot be used (file, entry and field named)
     ├── StoreError             the record cannot be opened or written
+    │   └── StoreUnavailable   a change or read the store refused now; nothing recorded (503)
     ├── BusError               the MQTT broker or its settings cannot be used
     │   ├── PayloadError       a message too large, too deep or not JSON
     │   └── RefusedMessage     a message not signed by who it claims, or replayed
@@ -112,6 +113,12 @@ class DrillBusy(Conflict):
 
 class Unavailable(RequestError):
     """The switch is offline (reconnecting): nothing was sent."""
+
+
+class StoreUnavailable(StoreError, Unavailable):
+    """The store refused a write or a read while running (a read-only or full disk, a file
+    damaged under the daemon): the request is refused, never acknowledged, and nothing of
+    it is recorded. The API answers 503, as for an offline switch."""
 
 
 # -- client side -----------------------------------------------------------------------------

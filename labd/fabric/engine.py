@@ -22,7 +22,15 @@ from instruments.events import Drift, LinkState
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
-from labd.errors import PortBusy, RequestError, Unavailable, UnknownPort, UnknownSwitch
+from labd.errors import (
+    PortBusy,
+    RequestError,
+    StoreError,
+    StoreUnavailable,
+    Unavailable,
+    UnknownPort,
+    UnknownSwitch,
+)
 from labd.events import EventHub
 from labd.fabric.reservations import Reservations
 from labd.lab.file import Lab
@@ -170,6 +178,9 @@ class Engine:
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
+            # A store that refused its last write refuses the request before the device
+            # is touched (free while the store is well).
+            await self.store.check_writable()
             started = await self._start_watches(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
@@ -221,6 +232,7 @@ class Engine:
             else:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
+            previous = self.intended[name]
             if outcome != "failed":
                 updated = dict(self.intended[name])
                 for a, _ in brk:
@@ -229,14 +241,24 @@ class Engine:
                 if replace is not None:
                     updated = dict(self._pairs(switch, replace.items()))
                 self.intended[name] = updated
-            row_id = await self.store.record(ReconfigurationRecord(
-                switch=name, cause=cause, outcome=outcome, error=error, connected=make,
-                disconnected=brk, requested_ns=requested, dispatched_ns=phases["dispatched"],
-                activated_ns=phases["activated"], acked_ns=phases["acknowledged"],
-                light_ns=phases["light"],
-                done_ns=phases["done"] or time.monotonic_ns(),
-                intended=dict(self.intended[name]) if replace is not None else None,
-                update_intended=outcome != "failed"))
+            try:
+                row_id = await self.store.record(ReconfigurationRecord(
+                    switch=name, cause=cause, outcome=outcome, error=error, connected=make,
+                    disconnected=brk, requested_ns=requested,
+                    dispatched_ns=phases["dispatched"], activated_ns=phases["activated"],
+                    acked_ns=phases["acknowledged"], light_ns=phases["light"],
+                    done_ns=phases["done"] or time.monotonic_ns(),
+                    intended=dict(self.intended[name]) if replace is not None else None,
+                    update_intended=outcome != "failed"))
+            except StoreError as exc:
+                # Unrecorded is unacknowledged: the change is refused, and undone on the
+                # device so that it holds what the record says.
+                self.intended[name] = previous
+                undone = (await self._undo(name, switch, make, brk, replace is not None)
+                          if outcome != "failed" else "")
+                refusal = f"{name}: the change is refused, {exc}{undone}"
+                self.hub.publish("warning", {"detail": refusal})
+                raise StoreUnavailable(refusal) from None
         await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
@@ -250,7 +272,30 @@ class Engine:
                            reconfiguration_id=reconfiguration_id)
                 for w in watches for channel, trace in w.traces.items()]
         if rows:
-            await self.store.write(*rows)
+            try:
+                await self.store.write(*rows)
+            except StoreError as exc:
+                # The change itself is recorded; only its light log is lost.
+                self.hub.publish("warning", {"detail": f"the power traces of reconfiguration "
+                                                       f"{reconfiguration_id} were not kept: "
+                                                       f"{exc}"})
+
+    async def _undo(self, name: str, switch: OpticalSwitch, make: list[Pair],
+                    brk: list[Pair], whole: bool) -> str:
+        """Put a switch back to its intended state after a change the store refused; says
+        what became of the device."""
+        try:
+            if whole:
+                await switch.replace(self.intended[name])
+            else:
+                if make:
+                    await switch.disconnect([a for a, _ in make])
+                if brk:
+                    await switch.connect(brk)
+        except InstrumentError as exc:
+            return (f"; the switch could not be put back ({exc})"
+                    + await self._after_failure(name))
+        return "; the switch was put back as it was"
 
     async def _after_failure(self, name: str) -> str:
         """After a failed command, ask the switch what it now holds: a half-applied change

@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from instruments.address import parse_address
 from instruments.errors import AddressError
-from instruments.switch import parse_size
 from labd.errors import LabFileError
+from labd.lab.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_PORT, deepest, switch_size
+from labd.lab.options import option_problems
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -30,7 +39,8 @@ LIGHT_WINDOW_MAX_MS = 10_000.0
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinities or NaNs: every number in a lab file is a bound, a time or a power.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class EmulatorSettings(Strict):
@@ -40,11 +50,11 @@ class EmulatorSettings(Strict):
     switch_time_ms: float | None = Field(default=None, ge=0)
     jitter_ms: float | None = Field(default=None, ge=0)
     per_pair_ms: float | None = Field(default=None, ge=0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
     serve: Literal["tcp", "pty"] | None = None
     """Where the emulator listens: a TCP port or a pty (a serial line). Default: pty for
     serial devices (the mesh's driver board), TCP otherwise."""
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict, max_length=64)
     """Device options of the emulator (the protocols' [?] items): see docs/emulators.md."""
 
     def timing(self) -> dict[str, Any]:
@@ -77,6 +87,14 @@ class InstrumentBase(Strict):
                 raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("emulator")
+    @classmethod
+    def _options(cls, value: EmulatorSettings, info: ValidationInfo) -> EmulatorSettings:
+        problems = option_problems(str(info.data.get("driver")), value.options)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @model_validator(mode="after")
     def _where(self) -> InstrumentBase:
         if self.address is None and not self.emulate:
@@ -105,7 +123,7 @@ class SwitchEntry(InstrumentBase):
     @classmethod
     def _size(cls, value: str | None) -> str | None:
         if value is not None:
-            parse_size(value)
+            switch_size(value)
         return value
 
 
@@ -113,7 +131,7 @@ class NxMSwitch(SwitchEntry):
     @field_validator("size")
     @classmethod
     def _nxm(cls, value: str | None) -> str | None:
-        if value is not None and parse_size(value)[1] == 0:
+        if value is not None and switch_size(value)[1] == 0:
             raise ValueError(f"size {value!r}: this switch is NxM, e.g. '16x16'")
         return value
 
@@ -158,7 +176,7 @@ class CalientTl1Entry(Tl1Credentials):
     @field_validator("size")
     @classmethod
     def _count(cls, value: str | None) -> str | None:
-        if value is not None and parse_size(value)[1] != 0:
+        if value is not None and switch_size(value)[1] != 0:
             raise ValueError(f"size {value!r}: a CALIENT switch has N ports, e.g. '320'")
         return value
     ports_per_slot: int = Field(default=32, ge=1, le=128)
@@ -182,7 +200,7 @@ class MeshEntry(NxMSwitch):
     @field_validator("size")
     @classmethod
     def _power_of_two(cls, value: str) -> str:
-        n, m = parse_size(value)
+        n, m = switch_size(value)
         if n != m or n < 2 or n & (n - 1) or n > 64:
             raise ValueError(f"size {value!r}: a Beneš mesh is NxN with N a power of two, "
                              "2..64")
@@ -227,7 +245,7 @@ class LabSection(Strict):
     than the slowest switch takes."""
 
 
-NODE = r"^[A-Za-z][A-Za-z0-9_.-]*(:[0-9]+)?$"
+NODE = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}(:[0-9]{1,6})?$"
 
 
 class EndpointEntry(Strict):
@@ -402,6 +420,7 @@ class Lab(Strict):
     @model_validator(mode="after")
     def _wiring(self) -> Lab:
         problems = []
+        problems.extend(self._fibre_shape())
         for index, fiber in enumerate(self.fiber):
             for field, node, allowed in (("from", fiber.src, ("endpoint", "switch")),
                                          ("to", fiber.dst, ("endpoint", "switch", "meter")),
@@ -415,6 +434,59 @@ class Lab(Strict):
             raise ValueError("; ".join(problems))
         return self
 
+    def _fibre_shape(self) -> list[str]:
+        """Fibres light could not take: a port to itself, two fibres into (or out of) one
+        port or channel, fibres in a circle through switch ports."""
+        problems = []
+        switches = {e.id for e in self.instrument if isinstance(e, SWITCH_ENTRIES)}
+
+        def port(node: str | None) -> bool:
+            return node is not None and node.partition(":")[0] in switches and ":" in node
+
+        into: dict[str, int] = {}
+        out_of: dict[str, int] = {}
+        for index, fiber in enumerate(self.fiber, start=1):
+            if fiber.src == fiber.dst:
+                problems.append(f"[[fiber]] #{index}: from {fiber.src!r} to itself; a fibre "
+                                "joins two different places")
+                continue
+            for node in (fiber.dst, fiber.tap):
+                if node is None or ":" not in node:
+                    continue  # an endpoint may receive on several fibres (a duplex NIC)
+                if node in into:
+                    problems.append(f"[[fiber]] #{index}: {node!r} already receives "
+                                    f"[[fiber]] #{into[node]}; one fibre into a port or "
+                                    "channel")
+                into.setdefault(node, index)
+            if port(fiber.src):
+                if fiber.src in out_of:
+                    problems.append(f"[[fiber]] #{index}: {fiber.src!r} already sends into "
+                                    f"[[fiber]] #{out_of[fiber.src]}; one fibre out of a port")
+                out_of.setdefault(fiber.src, index)
+        problems.extend(self._circles(port))
+        return problems
+
+    def _circles(self, port: Any) -> list[str]:
+        """Fibres that go from switch port to switch port and come back round: light in
+        them would never reach an endpoint."""
+        onward = {f.src: (i, f.dst) for i, f in enumerate(self.fiber, start=1)
+                  if port(f.src) and port(f.dst) and f.src != f.dst}
+        problems, settled = [], set()
+        for start in onward:
+            trail: list[str] = []
+            node: str | None = start
+            while node in onward and node not in settled and node not in trail:
+                trail.append(node)
+                node = onward[node][1]
+            if node in trail:
+                circle = trail[trail.index(node):]
+                numbers = ", ".join(f"#{onward[n][0]}" for n in circle)
+                path = " -> ".join([*circle, circle[0]])
+                problems.append(f"[[fiber]] {numbers} make a circle ({path}): light in it "
+                                "would never reach an endpoint")
+            settled.update(trail)
+        return problems
+
     def _check_node(self, node: str, allowed: tuple[str, ...]) -> str | None:
         owner, _, number = node.partition(":")
         if not number:
@@ -427,11 +499,14 @@ class Lab(Strict):
         if entry is None:
             return f"{node!r}: no instrument {owner!r}"
         n = int(number)
+        if not 1 <= n <= MAX_PORT:
+            return (f"{node!r}: ports and channels are numbered from 1 (to at most "
+                    f"{MAX_PORT})")
         if isinstance(entry, SWITCH_ENTRIES):
             if "switch" not in allowed:
                 return f"{node!r} is a switch port; expected a {' or '.join(allowed)}"
             if entry.size:
-                ports = sum(parse_size(entry.size))
+                ports = sum(switch_size(entry.size))
                 if not 1 <= n <= ports:
                     return f"{node!r}: {owner} has ports 1..{ports}"
             return None
@@ -466,13 +541,18 @@ def packaged_labs() -> dict[str, Path]:
 def resolve_lab_path(name_or_path: str | os.PathLike[str]) -> Path:
     text = str(name_or_path)
     path = Path(text)
-    if path.exists():
-        return path
+    shown = text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+    try:
+        if path.exists():
+            return path
+    except (OSError, ValueError) as exc:  # a name too long for the system, a NUL in it
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise LabFileError(shown, [f"{shown}: cannot be a lab file's name: {reason}"]) from None
     labs = packaged_labs()
     if text in labs:
         return labs[text]
-    raise LabFileError(text, [
-        f"{text}: no such file, and no packaged lab of that name "
+    raise LabFileError(shown, [
+        f"{shown}: no such file, and no packaged lab of that name "
         f"(packaged: {', '.join(sorted(labs))})"
     ])
 
@@ -484,10 +564,12 @@ def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple
         rest = loc[2:]
         if rest and isinstance(rest[0], str) and rest[0] in DRIVERS:
             rest = rest[1:]  # the discriminator's tag, not a field
-        entries = data.get("instrument") or []
-        ident = entries[index].get("id") if index < len(entries) and isinstance(
-            entries[index], dict) else None
-        label = f"[[instrument]] #{index + 1}" + (f" (id {ident!r})" if ident else "")
+        entries = data.get("instrument")
+        entry = entries[index] if isinstance(entries, list) and index < len(entries) else None
+        ident = entry.get("id") if isinstance(entry, dict) else None
+        shown = f" (id {ident!r})" if isinstance(ident, str) and ident and len(ident) <= 64 \
+            else ""
+        label = f"[[instrument]] #{index + 1}{shown}"
         return label, rest
     if len(loc) >= 2 and loc[0] in ("endpoint", "fiber", "host", "job") and isinstance(
             loc[1], int):
@@ -506,16 +588,25 @@ def _explain(err: Any) -> str:
     if kind == "union_tag_invalid":
         return (f"unknown driver {err['ctx']['tag']!r}; expected one of "
                 f"{err['ctx']['expected_tags']}")
+    if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NODE:
+        return (f"{_shown(err['input'])} is not an endpoint id, 'switch:port' or "
+                f"'meter:channel' (a number of at most six digits)")
     if kind == "string_pattern_mismatch":
-        return (f"{err['input']!r} must start with a letter or digit and hold only letters, "
+        return (f"{_shown(err['input'])} must start with a letter or digit and hold only letters, "
                 "digits, '_', '.' and '-'")
     if kind == "union_tag_not_found":
         return "needs a 'driver' field"
     message = str(err["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)
-    return f"{message} (got {err['input']!r})" if "input" in err and not isinstance(
+    return f"{message} (got {_shown(err['input'])})" if "input" in err and not isinstance(
         err["input"], dict | list) else message
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value in a message: its repr, cut short (a message names a value, not all of it)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def file_sha256(source: str) -> str:
@@ -530,6 +621,9 @@ def file_sha256(source: str) -> str:
 def parse_lab(data: dict[str, Any], source: str) -> Lab:
     try:
         return Lab.model_validate({**data, "source": source})
+    except RecursionError:
+        raise LabFileError(source, [f"{source}: nests too deeply to check (at most "
+                                    f"{MAX_DEPTH} levels of tables and arrays)"]) from None
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -547,9 +641,35 @@ def parse_lab(data: dict[str, Any], source: str) -> Lab:
 def load_lab(name_or_path: str | os.PathLike[str]) -> Lab:
     path = resolve_lab_path(name_or_path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise LabFileError(str(path), [f"{path}: not valid TOML: {exc}"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
         raise LabFileError(str(path), [f"{path}: cannot read: {exc}"]) from None
-    return parse_lab(data, str(path))
+    if len(raw) > MAX_FILE_BYTES:
+        raise LabFileError(str(path), [f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB; "
+                                       "a lab file is a few hundred KB at most"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LabFileError(str(path), [f"{path}: cannot read: not UTF-8 text ({exc.reason} "
+                                       f"at byte {exc.start})"]) from None
+    return parse_text(text, str(path))
+
+
+def parse_text(text: str, source: str) -> Lab:
+    """A lab file's text: TOML, bounded (nesting, numbers), then checked field by field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LabFileError(source, [f"{source}: not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise LabFileError(source, [f"{source}: tables or arrays nest too deeply (at most "
+                                    f"{MAX_DEPTH} levels)"]) from None
+    except ValueError as exc:
+        # tomllib lets Python's own limits through: an integer of thousands of digits.
+        raise LabFileError(source, [f"{source}: a value cannot be read: "
+                                    f"{str(exc).split(';')[0]}"]) from None
+    if deepest(data) > MAX_DEPTH:
+        raise LabFileError(source, [f"{source}: tables or arrays nest too deeply (at most "
+                                    f"{MAX_DEPTH} levels)"])
+    return parse_lab(data, source)

@@ -4,7 +4,7 @@ SQLite by default (WAL: readers never block the writer, and a killed process los
 committed transaction), PostgreSQL by URL. See :class:`labd.store.store.Store`.
 """
 
-from labd.errors import StoreError
+from labd.errors import StoreError, StoreUnavailable
 from labd.store.store import Store
 
-__all__ = ["Store", "StoreError"]
+__all__ = ["Store", "StoreError", "StoreUnavailable"]

@@ -5,13 +5,21 @@ as one transaction, so a burst of records costs one commit, and the event loop n
 on the disk: ``await store.write(...)`` resolves when the record is committed (durable).
 Readers run on their own pooled connections in worker threads. SQLite runs in WAL mode with
 a busy timeout, so readers and the writer never see "database is locked".
+
+The store checks itself before anything uses it: SQLite's ``PRAGMA quick_check`` (PostgreSQL:
+the server answers and the migration table reads back), so a damaged file refuses the start
+with a message naming it, rather than answering reads with errors and acknowledging changes
+into it. A write or read that fails later is a :class:`StoreUnavailable` for whoever asked
+(the API's 503); the writer's transaction is rolled back, so nothing is half-recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,17 +30,21 @@ from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, delete, event, insert, select
+from sqlalchemy import create_engine, delete, event, insert, make_url, select, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from labd.errors import StoreError
+from labd.errors import StoreError, StoreUnavailable
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 BATCH = 5000
+#: SQLite result codes that mean the file itself is damaged (not merely out of reach).
+DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+#: The most problems of a failed integrity check quoted in the error.
+QUOTED_PROBLEMS = 3
 
 
 @dataclass
@@ -74,10 +86,49 @@ def normalise_url(target: str | Path) -> str:
     return f"sqlite:///{text}"
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL; None for anything else (and for an in-memory database)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    database = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:" \
+            or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file readable by its owner only, from the first byte: SQLite gives
+    its -wal and -shm files the database's mode, so they are private too. An existing file
+    keeps its mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot open store {str(path)!r}: cannot create it: "
+                         f"{exc.strerror or exc}") from None
+    os.close(fd)
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    return f"{exc.__class__.__name__}: {exc.args[0] if exc.args else exc}"
+
+
+def _damaged(exc: SQLAlchemyError) -> bool:
+    orig = getattr(exc, "orig", None)
+    return isinstance(orig, sqlite3.Error) and getattr(orig, "sqlite_errorname", "") in DAMAGED
+
+
 class Store:
     def __init__(self, url: str | Path) -> None:
         self.url = normalise_url(url)
+        self.path = sqlite_path(self.url)
         self.engine: Engine | None = None
+        self.failing: str | None = None
+        """Why the last write failed; None while writes succeed."""
         self._sessions: sessionmaker[Session] | None = None
         self._queue: queue.Queue[tuple[Any, asyncio.Future[Any] | None,
                                        asyncio.AbstractEventLoop | None]] = queue.Queue()
@@ -91,11 +142,23 @@ class Store:
                                         daemon=True)
         self._thread.start()
 
+    @property
+    def where(self) -> str:
+        """The store as the user named it: its file, or its URL without a password."""
+        if self.path is not None:
+            return str(self.path)
+        try:
+            return make_url(self.url).render_as_string(hide_password=True)
+        except ArgumentError:
+            return self.url
+
     def _open(self) -> None:
+        if self.path is not None:
+            _create_private(self.path)
         try:
             engine = create_engine(self.url, pool_pre_ping=True)
         except (SQLAlchemyError, ValueError) as exc:
-            raise StoreError(f"cannot use store {self.url!r}: {exc}") from None
+            raise StoreError(f"cannot use store {self.where!r}: {exc}") from None
         if engine.dialect.name == "sqlite":
             @event.listens_for(engine, "connect")
             def _pragmas(dbapi: Any, record: Any) -> None:
@@ -107,16 +170,44 @@ class Store:
                 cursor.execute("PRAGMA foreign_keys=ON")
                 cursor.close()
         try:
+            self._check(engine)
             with engine.begin() as connection:
                 config = Config()
                 config.set_main_option("script_location", "labd.store:migrations")
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
+                connection.execute(text("SELECT version_num FROM alembic_version")).all()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open store {self.url!r}: {exc.__class__.__name__}: "
-                             f"{exc.args[0] if exc.args else exc}") from None
+            engine.dispose()
+            if _damaged(exc):
+                raise self._damaged_error(_reason(exc)) from None
+            raise StoreError(f"cannot open store {self.where!r}: {_reason(exc)}") from None
+        except StoreError:
+            engine.dispose()
+            raise
         self.engine = engine
         self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    def _check(self, engine: Engine) -> None:
+        """Refuse a damaged store before anything reads or writes it."""
+        with engine.connect() as connection:
+            if engine.dialect.name != "sqlite":
+                connection.execute(text("SELECT 1")).all()
+                return
+            problems = [str(row[0]) for row in connection.exec_driver_sql(
+                f"PRAGMA quick_check({QUOTED_PROBLEMS})").all()]
+        if problems != ["ok"]:
+            lines = [line.strip() for problem in problems for line in problem.splitlines()
+                     if line.strip() and not line.startswith("***")]
+            raise self._damaged_error("SQLite's integrity check found: "
+                                      + "; ".join(lines[:QUOTED_PROBLEMS]))
+
+    def _damaged_error(self, detail: str) -> StoreError:
+        return StoreError(
+            f"store {self.where!r} is damaged ({detail}); labd will not start on it. Move "
+            f"it aside (with its -wal and -shm files) and restore it from a backup; or start "
+            f"on a fresh store with --no-restore, which keeps the circuits the switches hold "
+            f"(a fresh store intends none)")
 
     async def close(self) -> None:
         if self._thread is not None:
@@ -150,6 +241,14 @@ class Store:
         """Queue ``work(session)`` for the writer without waiting for the commit; writes
         are applied in the order they were queued, waited for or not."""
         self._queue.put((work, None, None))
+
+    async def check_writable(self) -> None:
+        """Raise :class:`StoreUnavailable` when the store cannot take a write now. Free
+        while writes succeed; after a failed write, one empty write tells whether the store
+        is back (so a request is refused before it touches a device)."""
+        if self.failing is None:
+            return
+        await self.run_write(_probe)
 
     async def _submit(self, item: Any) -> Any:
         if self._thread is None:
@@ -199,8 +298,14 @@ class Store:
                         session.flush()
                         session.close()
                 self.committed += len(work)
+                self.failing = None
             except Exception as exc:  # reported to every waiter of the batch
-                log.exception("store write failed")
+                reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
+                    f"{exc.__class__.__name__}: {exc}"
+                # One line, not a traceback: every waiter hears of it as a refusal.
+                log.error("store %s refused a write of %d record(s): %s", self.where,
+                          len(work), reason)
+                self.failing = reason
                 error = exc
             # One wake-up of the loop per batch, not one per record.
             settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
@@ -209,7 +314,7 @@ class Store:
                     outcome = error if error is not None else results[index]
                     settled.setdefault(loop, []).append((future, outcome))
             for loop, items in settled.items():
-                loop.call_soon_threadsafe(_settle, items, error is not None)
+                loop.call_soon_threadsafe(_settle, items, error is not None, self.where)
 
     # -- reading ---------------------------------------------------------------------------
     async def read(self, work: Callable[[Session], T]) -> T:
@@ -222,7 +327,12 @@ class Store:
             with sessions() as session:
                 return work(session)
 
-        return await asyncio.to_thread(run)
+        try:
+            return await asyncio.to_thread(run)
+        except SQLAlchemyError as exc:
+            log.error("store %s refused a read: %s", self.where, _reason(exc))
+            raise StoreUnavailable(f"store {self.where!r} cannot be read now: {_reason(exc)}"
+                                   f"{_ADVICE}") from None
 
     # -- the intended state ----------------------------------------------------------------
     async def intended(self) -> dict[str, dict[int, int]]:
@@ -317,12 +427,24 @@ def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -
     return ids
 
 
-def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool) -> None:
+_ADVICE = ("; check the disk (space, permissions), or stop labd and move the store aside "
+           "if it is damaged")
+
+
+def _probe(session: Session) -> None:
+    """A write that changes nothing, to learn whether the store takes writes again."""
+    session.execute(text("UPDATE alembic_version SET version_num = version_num"))
+
+
+def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool, where: str) -> None:
     for future, value in items:
         if future.done():
             continue
         if failed:
-            future.set_exception(StoreError(f"store write failed: {value}"))
+            reason = _reason(value) if isinstance(value, SQLAlchemyError) else str(value)
+            future.set_exception(StoreUnavailable(
+                f"store {where!r} refused the write, so nothing of it was recorded: "
+                f"{reason}{_ADVICE}"))
         else:
             future.set_result(value)
 

@@ -2,6 +2,9 @@
 
 import asyncio
 import os
+import random
+import stat
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,10 +14,13 @@ import pytest
 import sqlalchemy
 from sqlalchemy import func, select
 
-from labd.errors import StoreError
+from labd.daemon.api.errors import status_of
+from labd.errors import StoreError, StoreUnavailable
 from labd.store import Store
 from labd.store.models import PairChange, Reconfiguration
 from labd.store.store import ReconfigurationRecord, set_intended
+from tests.labs import switch
+from tests.store.refusals import refusing
 
 PG = os.environ.get("LABD_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -78,3 +84,138 @@ async def test_a_store_that_cannot_open_says_why(tmp_path: Path) -> None:
         await Store(str(tmp_path / "no" / "such" / "dir" / "x.sqlite")).open()
     with pytest.raises(StoreError, match="not open"):
         await Store(str(tmp_path / "x.sqlite")).record(row(1))
+
+
+async def _filled(path: Path, records: int) -> None:
+    store = Store(str(path))
+    await store.open()
+    try:
+        await asyncio.gather(*(store.record(row(i)) for i in range(records)))
+    finally:
+        await store.close()
+
+
+def _damage(path: Path, seed: int) -> None:
+    """8 KB of random bytes over the middle of a closed store (its WAL checkpointed)."""
+    size = path.stat().st_size
+    assert size > 64 * 1024 and not Path(f"{path}-wal").exists()
+    with path.open("r+b") as f:
+        f.seek(size // 2)
+        f.write(random.Random(seed).randbytes(8192))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_damaged_store_refuses_to_start(tmp_path: Path, seed: int) -> None:
+    # 8 KB of random bytes in the middle of a store with records in it: the start is
+    # refused, naming the file and what to do, rather than reads failing later and
+    # changes being acknowledged into it.
+    path = tmp_path / "store.sqlite"
+    await _filled(path, 2000)
+    _damage(path, seed)
+    with pytest.raises(StoreError) as refused:
+        await Store(str(path)).open()
+    message = str(refused.value)
+    assert str(path) in message and "damaged" in message
+    assert "backup" in message and "--no-restore" in message
+
+
+async def test_a_store_that_is_not_a_database_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    path.write_bytes(random.Random(4).randbytes(64 * 1024))
+    with pytest.raises(StoreError, match="is damaged"):
+        await Store(str(path)).open()
+
+
+async def test_the_store_and_its_wal_are_private_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite"
+    old = os.umask(0o022)
+    try:
+        store = Store(str(path))
+        await store.open()
+        try:
+            await store.record(row(1))
+            for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                assert stat.S_IMODE(name.stat().st_mode) == 0o600, name
+        finally:
+            await store.close()
+    finally:
+        os.umask(old)
+
+
+async def test_a_password_in_a_store_url_is_never_shown() -> None:
+    store = Store("postgresql://labd:hunter2@127.0.0.1:1/none")
+    with pytest.raises(StoreError) as refused:
+        await store.open()
+    assert "hunter2" not in str(refused.value) and "***" in str(refused.value)
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+async def test_a_refused_write_is_an_error_and_records_nothing(tmp_path: Path,
+                                                               how: str) -> None:
+    store = Store(str(tmp_path / "store.sqlite"))
+    await store.open()
+    try:
+        await store.record(row(0))
+        await store.run_write(lambda s: set_intended(s, "s1", {1: 17}))
+        # Enough to need new pages, so that a full disk refuses it too.
+        big = ReconfigurationRecord(**{**row(1).__dict__, "connected": [
+            (i, i + 1) for i in range(2, 4000, 2)], "intended": {2: 3}})
+        with refusing(store, how):
+            with pytest.raises(StoreUnavailable, match="nothing of it was recorded"):
+                await store.record(big)
+            assert store.failing is not None
+            if how == "read-only":  # (a full store still takes a write that needs no room)
+                with pytest.raises(StoreUnavailable):
+                    await store.check_writable()
+        # The store takes writes again: nothing of the refused one is there.
+        await store.check_writable()
+        assert store.failing is None
+        counts = await store.read(lambda s: (
+            s.scalar(select(func.count()).select_from(Reconfiguration)),
+            s.scalar(select(func.count()).select_from(PairChange))))
+        assert counts == (1, 1)
+        assert await store.intended() == {"s1": {1: 17}}
+        assert await store.record(row(2)) == 2
+    finally:
+        await store.close()
+
+
+def test_a_refused_store_answers_503() -> None:
+    assert issubclass(StoreUnavailable, StoreError)
+    assert status_of(StoreUnavailable("store refused")) == 503
+
+
+async def test_labd_run_on_a_damaged_store_refuses_to_start(tmp_path: Path) -> None:
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[lab]\nname = "damaged"\n' + switch(size="8x8", switch_ms=1))
+    db = tmp_path / "store.sqlite"
+    await _filled(db, 2000)
+    _damage(db, 5)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "run", str(lab), "--db", str(db), "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(120):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    said = " ".join((out.decode() + err.decode()).split())  # as read, not as wrapped
+    assert proc.returncode not in (0, None), said
+    assert "is damaged" in said and "backup" in said and "Traceback" not in said
+
+
+async def test_a_refused_read_is_a_store_error_and_the_probe_clears(url: str) -> None:
+    store = Store(url)
+    await store.open()
+    try:
+        with pytest.raises(StoreUnavailable, match="cannot be read now"):
+            await store.read(lambda s: s.execute(sqlalchemy.text("SELECT * FROM no_such")))
+        # After a refusal, the empty write that tells whether the store is back.
+        store.failing = "refused before"
+        await store.check_writable()
+        assert store.failing is None
+        assert await store.record(row(1)) == 1
+    finally:
+        await store.close()

@@ -1,0 +1,38 @@
+"""Make a real SQLite store refuse writes the way a disk does: read-only, or full."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+
+from labd.store import Store
+
+#: SQLite's own ceiling for max_page_count: "no limit".
+NO_LIMIT = 4294967294
+
+
+@contextmanager
+def refusing(store: Store, how: str) -> Iterator[None]:
+    """While inside, every connection the store takes is read-only (``how="read-only"``)
+    or full at its present size (``how="full"``); SQLite itself refuses the writes."""
+    assert store.engine is not None
+    engine = store.engine
+    state = {"on": True}
+
+    def checkout(dbapi: Any, record: Any, proxy: Any) -> None:
+        if how == "read-only":
+            dbapi.execute(f"PRAGMA query_only={'ON' if state['on'] else 'OFF'}")
+        else:
+            pages = dbapi.execute("PRAGMA page_count").fetchone()[0]
+            dbapi.execute(f"PRAGMA max_page_count={pages if state['on'] else NO_LIMIT}")
+
+    event.listen(engine, "checkout", checkout)
+    try:
+        yield
+    finally:
+        state["on"] = False
+        # Connections already handed out are lifted on their next checkout; the listener
+        # stays (lifting) for the rest of the store's life.
