@@ -17,9 +17,18 @@ from typing import Any
 from emulators.physics.crossconnect import ModelError, SwitchModel
 from emulators.physics.timing import TimingModel
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_int
 from emulators.wire.scpi import ScpiDeviceSession, ScpiError, format_list, parse_lists
 from emulators.wire.server import Interface, Session, SessionInterface
-from emulators.wire.tl1 import Deny, Tl1Command, Tl1Session, autonomous, keyword_params, parse_ports
+from emulators.wire.tl1 import (
+    Deny,
+    Tl1Command,
+    Tl1Session,
+    autonomous,
+    keyword_params,
+    parse_ports,
+    quoted,
+)
 
 _SCPI_REASON = {"range": (-222, "Data out of range"), "side": (-224, "Illegal parameter value"),
                 "self": (-224, "Illegal parameter value"), "duplicate": (-224,
@@ -133,7 +142,7 @@ class PolatisScpiSession(ScpiDeviceSession):
 
 
     def _ports(self, args: str, count: int) -> list[list[int]]:
-        lists = parse_lists(args)
+        lists = parse_lists(args, self.model.ports)
         if len(lists) != count:
             raise ScpiError(-109 if len(lists) < count else -108,
                             f"Expected {count} channel list(s)")
@@ -189,7 +198,7 @@ class PolatisScpiSession(ScpiDeviceSession):
 
     def _port(self, args: str, _: list[int]) -> str:
         try:
-            port = int(args.strip().strip("(@)"))
+            port = wire_int(args.strip().strip("(@)"))
             self.model.check_port(port)
         except ValueError:
             raise ScpiError(-104, "Data type error; expected a port number") from None
@@ -348,7 +357,7 @@ class PolatisTl1Session(Tl1Session):
             return [f"SYSTEM:SIZE={self.model.ingress}x{self.model.egress}"]
         if c.aid.upper() == "TIMEOUT":
             return ["TIMEOUT:ADMIN=0,USER=0"]
-        raise Deny("IPNV", f"Parameter not valid: {c.aid} {c.params}")
+        raise Deny("IPNV", f"Parameter not valid: {quoted(c.aid)} {quoted(c.params)}")
 
     async def _ent_patch(self, c: Tl1Command, t: int) -> None:
         ins, _, outs = c.aid.partition(",")
@@ -401,4 +410,4 @@ class PolatisTl1Session(Tl1Session):
                 if self.model.state_of(p) == "D":
                     self.model.set_port_state(p, "E", "tl1")
             return
-        raise Deny("IPNV", f"INIT-SYS phase {c.params!r} not supported by the emulator")
+        raise Deny("IPNV", f"INIT-SYS phase {quoted(c.params)} not supported by the emulator")
