@@ -239,9 +239,10 @@ def parse_lists(args: str, limit: int) -> list[list[int]]:
 
 
 def _quote(text: str) -> str:
-    """Client text in an error message, cut short: an error queue entry stays small."""
-    text = text.strip()
-    return repr(text if len(text) <= MAX_NUMBER_CHARS else text[:MAX_NUMBER_CHARS] + "...")
+    """Client text in an error message: printable ASCII, cut short (an error queue entry
+    stays small)."""
+    shown = ascii(text.strip())
+    return shown if len(shown) <= 2 * MAX_NUMBER_CHARS else shown[:2 * MAX_NUMBER_CHARS] + "...'"
 
 
 def format_list(ports: list[int]) -> str:

@@ -113,9 +113,10 @@ def parse_ports(aid: str, limit: int) -> list[int]:
 
 
 def quoted(text: str, limit: int = 64) -> str:
-    """Client text in a DENY comment, cut short, and with no ``*/`` to end the comment."""
-    text = text.replace("*/", "* /")
-    return repr(text if len(text) <= limit else text[:limit] + "...")
+    """Client text in a DENY comment: printable ASCII, cut short, and with no ``*/`` to end
+    the comment."""
+    shown = ascii(text.replace("*/", "* /"))
+    return shown if len(shown) <= limit else shown[:limit] + "...'"
 
 
 def keyword_params(params: str) -> dict[str, str]:
