@@ -21,6 +21,7 @@ from typing import Any
 
 from instruments.errors import InstrumentError, ProtocolError
 from instruments.link import Link
+from instruments.numbers import reply_int
 from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
 from instruments.tl1_switch import Tl1Switch, port_values
 
@@ -54,11 +55,12 @@ class CalientTl1(Tl1Switch):
         return f"1.{slot + 1}.{index + 1}"
 
     def port_number(self, aid: str) -> int:
-        try:
-            _shelf, slot, index = (int(x) for x in aid.strip().split("."))
-        except ValueError:
-            raise ProtocolError(f"port {aid!r} is not shelf.slot.port",
-                                instrument=self.name) from None
+        parts = aid.strip().split(".")
+        if len(parts) != 3:
+            raise ProtocolError(f"port {aid[:80]!r} is not shelf.slot.port",
+                                instrument=self.name)
+        _shelf, slot, index = (reply_int(x, "RTRV-CRS", self.name, what="shelf.slot.port")
+                               for x in parts)
         return (slot - 1) * self.ports_per_slot + index
 
     def _pair_aids(self, pairs: list[Pair]) -> list[str]:
