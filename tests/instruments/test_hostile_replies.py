@@ -32,6 +32,8 @@ from tests.scripted import tl1_block
 
 FAST = Backoff(initial=0.01, maximum=0.05)
 HUGE = "9" * 5000
+#: As a parameter, under a short test id.
+HUGE_P = pytest.param(HUGE, id="5000-digits")
 
 #: What a well-behaved device answers, by the start of the message.
 POLATIS = {
@@ -227,7 +229,7 @@ async def test_table_devices_are_well_behaved() -> None:
         assert await run_against(kind, None) == [], kind
 
 
-@pytest.mark.parametrize("reply", [HUGE, "inf", "-inf", "nan", "1e999", "", "x,y"])
+@pytest.mark.parametrize("reply", [HUGE_P, "inf", "-inf", "nan", "1e999", "", "x,y"])
 async def test_polatis_scpi_open_with_a_bad_size(reply: str) -> None:
     errors = await run_against("polatis-size", (":OXC:SWIT:SIZE?", f"{reply},16\r\n".encode()))
     assert_named(errors, "ocs", ":OXC:SWIT:SIZE?")
@@ -242,7 +244,7 @@ async def test_scpi_error_entry_with_a_5000_digit_code() -> None:
     assert_named(errors, "ocs", ":OXC:SWIT:CONN:ADD")
 
 
-@pytest.mark.parametrize("reply", ["inf", "nan", HUGE, "1e999", "-5", "0", ""])
+@pytest.mark.parametrize("reply", ["inf", "nan", HUGE_P, "1e999", "-5", "0", ""])
 async def test_thorlabs_average_count_that_is_not_a_count(reply: str) -> None:
     errors = await run_against("thorlabs", (":SENS:AVER:COUN?", f"{reply}\n".encode()))
     assert_named(errors, "pm", ":SENS:AVER:COUN?")
@@ -255,17 +257,22 @@ async def test_a_channel_list_naming_a_billion_ports_is_refused_unexpanded() -> 
 
 
 @pytest.mark.parametrize(("verb", "lines"), [
-    ("RTRV-EQPT", [f"SYSTEM:SIZE={HUGE}x16"]), ("RTRV-PATCH", [f"1,{HUGE}"]),
-    ("RTRV-PORT-POWER", ["1:inf", "2:-4.00"]), ("RTRV-PORT-POWER", [f"1:{HUGE}", "2:1"]),
-    ("RTRV-PORT-SHUTTER", [f"{HUGE}:OPEN"])])
+    pytest.param("RTRV-EQPT", [f"SYSTEM:SIZE={HUGE}x16"], id="size"),
+    pytest.param("RTRV-PATCH", [f"1,{HUGE}"], id="patch"),
+    pytest.param("RTRV-PORT-POWER", ["1:inf", "2:-4.00"], id="power-inf"),
+    pytest.param("RTRV-PORT-POWER", [f"1:{HUGE}", "2:1"], id="power-digits"),
+    pytest.param("RTRV-PORT-SHUTTER", [f"{HUGE}:OPEN"], id="shutter-port")])
 async def test_tl1_data_lines_with_numbers_out_of_bounds(verb: str, lines: list[str]) -> None:
     errors = await run_against("tl1", (verb, tl1_block("{ctag}", lines)))
     assert_named(errors, "ocs", verb)
 
 
 @pytest.mark.parametrize(("query", "reply"), [
-    ("nchan?", HUGE), ("nchan?", "99999999"), ("vfull?", "inf V"), ("vfull?", "V"),
-    ("vall?", "\n".join(["nan"] * 8)), ("vall?", "\n".join([HUGE] * 8))])
+    pytest.param("nchan?", HUGE, id="nchan-digits"),
+    pytest.param("nchan?", "99999999", id="nchan-too-many"),
+    pytest.param("vfull?", "inf V", id="vfull-inf"), pytest.param("vfull?", "V", id="vfull-unit"),
+    pytest.param("vall?", "\n".join(["nan"] * 8), id="vall-nan"),
+    pytest.param("vall?", "\n".join([HUGE] * 8), id="vall-digits")])
 async def test_qontrol_board_answers_out_of_bounds(query: str, reply: str) -> None:
     errors = await run_against("board", (query, f"{reply}\n".encode()))
     assert_named(errors, "mesh", query)
