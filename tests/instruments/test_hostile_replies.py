@@ -28,6 +28,7 @@ from instruments.qontrol import QontrolBoard
 from instruments.scpi import parse_channel_lists, parse_error, parse_floats
 from instruments.thorlabs import ThorlabsPM100
 from instruments.tl1 import parse_aid_list
+from instruments.transports.base import BUFFER_LIMIT
 from tests.scripted import tl1_block
 
 FAST = Backoff(initial=0.01, maximum=0.05)
@@ -281,6 +282,16 @@ async def test_qontrol_board_answers_out_of_bounds(query: str, reply: str) -> No
 async def test_keysight_averaging_time_beyond_reason() -> None:
     errors = await run_against("keysight", (":SENS1:POW:ATIM?", b"1e300\n"))
     assert_named(errors, "n77", ":SENS1:POW:ATIM?")
+
+
+async def test_a_reply_that_never_ends_fails_at_the_limit_not_the_timeout() -> None:
+    endless = (("*IDN?", b"A" * (BUFFER_LIMIT + 4 * 1024 * 1024)))
+    async with Responder(b"\n", by_table(POLATIS, b"\r\n", endless)) as dev:
+        errors = await exercise(PolatisScpi(dev.address, name="ocs", backoff=FAST,
+                                            settings=LinkSettings(timeout=30)), [])
+    assert len(errors) == 1 and isinstance(errors[0], ProtocolError), errors
+    assert f"reply longer than {BUFFER_LIMIT} bytes" in str(errors[0])
+    assert errors[0].instrument == "ocs"
 
 
 # -- the parsers, directly ---------------------------------------------------------------
