@@ -291,7 +291,15 @@ class Endpoint:
             line = TcpLine(conn)
             task = asyncio.create_task(self._on_client(line), name=f"client-{self.address}")
             self._clients.add(task)
-            task.add_done_callback(self._clients.discard)
+            task.add_done_callback(self._client_done)
+
+    def _client_done(self, task: asyncio.Task[None]) -> None:
+        """A conversation ended: one that ended in an error says so in one line (never an
+        unretrieved task exception at exit)."""
+        self._clients.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("%s: a %s conversation ended: %s: %s", self.address,
+                        self.interface.name, type(exc).__name__, exc)
 
     async def _on_client(self, line: TcpLine) -> None:
         self._lines.add(line)
