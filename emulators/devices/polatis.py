@@ -10,6 +10,7 @@ over one shared switch state. Behaviour follows docs/protocols.md §1; the [?] i
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from emulators.wire.tl1 import (
     quoted,
 )
 
+_SID = re.compile(r"[A-Za-z0-9_.-]{1,20}", re.ASCII)
 _SCPI_REASON = {"range": (-222, "Data out of range"), "side": (-224, "Illegal parameter value"),
                 "self": (-224, "Illegal parameter value"), "duplicate": (-224,
                 "Illegal parameter value"), "busy": (-221, "Settings conflict"),
@@ -401,7 +403,12 @@ class PolatisTl1Session(Tl1Session):
         self.autonomous_enabled = True
 
     async def _set_sid(self, c: Tl1Command, t: int) -> None:
-        self.device.options.sid = c.params.strip('"')
+        sid = c.params.strip().strip('"')
+        # The SID heads every output block of every session: nothing that breaks framing.
+        if not _SID.fullmatch(sid):
+            raise Deny("IPNV", f"Parameter not valid: SID {quoted(sid)} is not 1 to 20 "
+                       "letters, digits, '-', '_' or '.'")
+        self.device.options.sid = sid
 
     async def _init_sys(self, c: Tl1Command, t: int) -> None:
         if c.params.strip() in ("0", "1"):

@@ -217,6 +217,17 @@ async def test_a_message_over_the_limit_is_refused_and_the_session_goes_on(
         assert b"M  2 COMPLD" in out
 
 
+async def test_a_sid_that_would_break_every_session_s_framing_is_refused(
+        lab: EmulatedLab) -> None:
+    out = await asyncio.to_thread(
+        converse, lab.endpoints["ocs"]["tl1"],
+        LOGIN + b'SET-SID:::2::"A\r\nM  3 COMPLD";SET-SID:::3::' + b"S" * 5000
+        + b";SET-SID:::4::OCS-A;RTRV-HDR:::5:;")
+    assert b"M  2 DENY\r\n   IPNV\r\n" in out and b"M  3 DENY\r\n   IPNV\r\n" in out
+    assert b"M  4 COMPLD" in out and b"   OCS-A " in out.split(b"M  4")[1]
+    assert lab.device("ocs").options.sid == "OCS-A"  # type: ignore[attr-defined]
+
+
 async def test_the_mesh_board_refuses_an_overlong_line(lab: EmulatedLab) -> None:
     path = lab.endpoints["mesh"]["serial"].removeprefix("serial://")
     out = await asyncio.to_thread(board, path, [b"v0=" + b"1," * MAX_MESSAGE_BYTES, b"id?"])
