@@ -54,12 +54,12 @@ class CalientTl1(Tl1Switch):
         slot, index = divmod(port - 1, self.ports_per_slot)
         return f"1.{slot + 1}.{index + 1}"
 
-    def port_number(self, aid: str) -> int:
+    def port_number(self, aid: str, verb: str = "RTRV-CRS") -> int:
         parts = aid.strip().split(".")
         if len(parts) != 3:
-            raise ProtocolError(f"port {aid[:80]!r} is not shelf.slot.port",
+            raise ProtocolError(f"{verb} answered port {aid[:80]!r}, not shelf.slot.port",
                                 instrument=self.name)
-        _shelf, slot, index = (reply_int(x, "RTRV-CRS", self.name, what="shelf.slot.port")
+        _shelf, slot, index = (reply_int(x, verb, self.name, what="shelf.slot.port")
                                for x in parts)
         return (slot - 1) * self.ports_per_slot + index
 
@@ -151,7 +151,7 @@ class CalientTl1(Tl1Switch):
         reply = await self._cmd(link, "RTRV-PORT", "0")
         states = {}
         for aid, rest in port_values(reply, self.name):
-            port = self.port_number(aid)
+            port = self.port_number(aid, "RTRV-PORT")
             if ports is None or port in ports:
                 fields = _fields(rest)
                 states[port] = _PORT_STATE.get(fields.get("OS", ""), PortState.UNKNOWN)

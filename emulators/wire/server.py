@@ -331,6 +331,7 @@ class Endpoint:
                 reader.feed_data(data)
 
         loop.add_reader(master, on_readable)
+
         def pause() -> None:
             loop.remove_reader(master)
 

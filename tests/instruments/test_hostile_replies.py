@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instruments import InstrumentError, ProtocolError
+from instruments.calient import CalientTl1
 from instruments.connection import Backoff
 from instruments.keysight import KeysightN77xx
 from instruments.link import LinkSettings
@@ -74,6 +75,13 @@ TL1 = {
     "RTRV-PATCH": ["1,17"],
     "RTRV-PORT-POWER": ["1:-3.00", "2:-4.00"],
     "RTRV-PORT-SHUTTER": ["1:OPEN", "2:OPEN"],
+}
+CALIENT = {
+    "ACT-USER": [],
+    "RTRV-NE": ["SERIALNUMBER=CAL-1,SWPACKAGE=7.3.1,STATUS=OK,CHASSISTYPE=S320"],
+    "RTRV-PORT": [f"1.1.{p}:TYPE=OPTICAL,AS=IS,OS=IS,ALIAS=" for p in range(1, 5)],
+    "RTRV-CRS": ["c1:SRCPORT=1.1.1,DSTPORT=1.1.2,GRPNAME=SYSTEM,CONNNAME=c1,CONNTYPE=2WAY,"
+                 "AS=IS,OS=IS,OC=OK"],
 }
 
 
@@ -133,13 +141,14 @@ def by_table(table: dict[str, str], terminator: bytes, hostile: tuple[str, bytes
     return answer
 
 
-def by_tl1_table(hostile: tuple[str, bytes] | None) -> Callable[[str], bytes | None]:
+def by_tl1_table(table: dict[str, list[str]], hostile: tuple[str, bytes] | None
+                 ) -> Callable[[str], bytes | None]:
     def answer(message: str) -> bytes | None:
         fields = message.split(":")
         verb, ctag = fields[0].strip(), (fields + [""] * 4)[3]
         if hostile is not None and hostile[0] == verb:
             return hostile[1].replace(b"{ctag}", ctag.encode())
-        return tl1_block(ctag, TL1.get(verb, []))
+        return tl1_block(ctag, table.get(verb, []))
     return answer
 
 
@@ -185,6 +194,12 @@ def board(address: str) -> QontrolBoard:
                         settings=LinkSettings(timeout=0.5))
 
 
+def calient(address: str) -> CalientTl1:
+    return CalientTl1(address, name="cal", backoff=FAST, user="admin", password="secret",
+                      settings=LinkSettings(write_termination="\r\n", read_termination="\n",
+                                            timeout=0.5))
+
+
 def polatis_tl1(address: str) -> PolatisTl1:
     return PolatisTl1(address, name="ocs", backoff=FAST, user="admin", password="root",
                       settings=LinkSettings(write_termination="\r\n", read_termination="\n",
@@ -200,8 +215,13 @@ BOARD_STEPS: list[Scenario] = [lambda d: d.volts()]
 
 async def run_against(kind: str, hostile: tuple[str, bytes] | None) -> list[InstrumentError]:
     if kind == "tl1":
-        async with Responder(b";", by_tl1_table(hostile)) as dev:
+        async with Responder(b";", by_tl1_table(TL1, hostile)) as dev:
             return await exercise(polatis_tl1(dev.address), SWITCH_STEPS)
+    if kind == "calient":
+        async with Responder(b";", by_tl1_table(CALIENT, hostile)) as dev:
+            return await exercise(calient(dev.address), [
+                lambda d: d.connect([(3, 4)]), lambda d: d.port_states([1, 2]),
+                lambda d: d.cross_connects()])
     table, make, steps, terminator = {
         "polatis": (POLATIS, polatis_scpi, SWITCH_STEPS, b"\r\n"),
         "polatis-size": (POLATIS_NO_SIZE, polatis_scpi, SWITCH_STEPS, b"\r\n"),
@@ -226,7 +246,7 @@ def assert_named(errors: list[InstrumentError], name: str, command: str) -> Prot
 # -- the reproductions, each a regression test -------------------------------------------
 
 async def test_table_devices_are_well_behaved() -> None:
-    for kind in ("polatis", "polatis-size", "thorlabs", "keysight", "board", "tl1"):
+    for kind in ("polatis", "polatis-size", "thorlabs", "keysight", "board", "tl1", "calient"):
         assert await run_against(kind, None) == [], kind
 
 
@@ -266,6 +286,15 @@ async def test_a_channel_list_naming_a_billion_ports_is_refused_unexpanded() -> 
 async def test_tl1_data_lines_with_numbers_out_of_bounds(verb: str, lines: list[str]) -> None:
     errors = await run_against("tl1", (verb, tl1_block("{ctag}", lines)))
     assert_named(errors, "ocs", verb)
+
+
+@pytest.mark.parametrize(("verb", "lines"), [
+    pytest.param("RTRV-CRS", [f"c1:SRCPORT=1.1.{HUGE},DSTPORT=1.1.2"], id="crs-digits"),
+    pytest.param("RTRV-CRS", ["c1:SRCPORT=1.1,DSTPORT=1.1.2"], id="crs-short-aid"),
+    pytest.param("RTRV-CRS", ["c1:SRCPORT=1.1.inf,DSTPORT=1.1.2"], id="crs-inf")])
+async def test_calient_data_lines_with_ports_out_of_bounds(verb: str, lines: list[str]) -> None:
+    errors = await run_against("calient", (verb, tl1_block("{ctag}", lines)))
+    assert_named(errors, "cal", verb)
 
 
 @pytest.mark.parametrize(("query", "reply"), [
@@ -366,7 +395,7 @@ def test_error_entries_and_float_lists(entry: str, floats: str) -> None:
 
 _TARGETS = {
     "polatis": [*POLATIS], "polatis-size": [":OXC:SWIT:SIZE?"], "thorlabs": [*THORLABS],
-    "keysight": [*KEYSIGHT], "board": [*BOARD], "tl1": [*TL1],
+    "keysight": [*KEYSIGHT], "board": [*BOARD], "tl1": [*TL1], "calient": [*CALIENT],
 }
 _REPLY_TEXT = st.one_of(
     _NUMBERISH,
@@ -379,7 +408,7 @@ _REPLY_TEXT = st.one_of(
 
 
 def _hostile_reply(kind: str, text: str, raw: bytes, use_raw: bool) -> bytes:
-    if kind == "tl1":
+    if kind in ("tl1", "calient"):
         lines = [line for line in text.replace("\r", "").split("\n") if '"' not in line]
         return raw.replace(b";", b"") + b";" if use_raw else tl1_block("{ctag}", lines)
     terminator = b"\r\n" if kind.startswith("polatis") else b"\n"
