@@ -21,6 +21,7 @@ from typing import Any
 
 from instruments.errors import InstrumentError, ProtocolError
 from instruments.link import Link
+from instruments.numbers import reply_int
 from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
 from instruments.tl1_switch import Tl1Switch, port_values
 
@@ -53,12 +54,13 @@ class CalientTl1(Tl1Switch):
         slot, index = divmod(port - 1, self.ports_per_slot)
         return f"1.{slot + 1}.{index + 1}"
 
-    def port_number(self, aid: str) -> int:
-        try:
-            _shelf, slot, index = (int(x) for x in aid.strip().split("."))
-        except ValueError:
-            raise ProtocolError(f"port {aid!r} is not shelf.slot.port",
-                                instrument=self.name) from None
+    def port_number(self, aid: str, verb: str = "RTRV-CRS") -> int:
+        parts = aid.strip().split(".")
+        if len(parts) != 3:
+            raise ProtocolError(f"{verb} answered port {aid[:80]!r}, not shelf.slot.port",
+                                instrument=self.name)
+        _shelf, slot, index = (reply_int(x, verb, self.name, what="shelf.slot.port")
+                               for x in parts)
         return (slot - 1) * self.ports_per_slot + index
 
     def _pair_aids(self, pairs: list[Pair]) -> list[str]:
@@ -149,7 +151,7 @@ class CalientTl1(Tl1Switch):
         reply = await self._cmd(link, "RTRV-PORT", "0")
         states = {}
         for aid, rest in port_values(reply, self.name):
-            port = self.port_number(aid)
+            port = self.port_number(aid, "RTRV-PORT")
             if ports is None or port in ports:
                 fields = _fields(rest)
                 states[port] = _PORT_STATE.get(fields.get("OS", ""), PortState.UNKNOWN)

@@ -17,8 +17,11 @@ from instruments import scpi
 from instruments.errors import DeviceError, InvalidRequest, ProtocolError
 from instruments.link import Link, LinkSettings
 from instruments.meter import MeterInfo, PowerMeter, array_to_dbm
+from instruments.numbers import reply_float
 
 _CHANNELS = re.compile(r"N77(4[45])", re.IGNORECASE)
+#: Longest averaging time a meter may report (the N77xx go to 10 s).
+MAX_ATIME_S = 10.0
 
 
 class KeysightN77xx(PowerMeter):
@@ -38,7 +41,13 @@ class KeysightN77xx(PowerMeter):
                                                         else 4))
         info = MeterInfo(vendor, model, serial, firmware, channels)
         for ch in range(1, channels + 1):
-            self._atime[ch] = float(await link.query(f":SENS{ch}:POW:ATIM?"))
+            query = f":SENS{ch}:POW:ATIM?"
+            atime = reply_float(await link.query(query), query, self.name,
+                                what="an averaging time")
+            if not 0 <= atime <= MAX_ATIME_S:
+                raise ProtocolError(f"{query!r} answered {atime:g} s, expected "
+                                    f"0..{MAX_ATIME_S} s", instrument=self.name)
+            self._atime[ch] = atime
         return info
 
     async def _unit_is_watts(self, link: Link, channel: int) -> bool:
@@ -47,14 +56,16 @@ class KeysightN77xx(PowerMeter):
     async def _read(self, link: Link, channel: int) -> float:
         # The reply comes one averaging time after the trigger: wait that long as well.
         wait = link.settings.timeout + self._atime.get(channel, 0.0)
-        return _number(await scpi.query_checked(link, f":READ{channel}:POW?", timeout=wait),
-                       self.name)
+        query = f":READ{channel}:POW?"
+        return reply_float(await scpi.query_checked(link, query, timeout=wait), query,
+                           self.name, what="a power")
 
     async def _set_wavelength(self, link: Link, channel: int, nm: float) -> None:
         await scpi.command_checked(link, f":SENS{channel}:POW:WAV {nm:g}NM")
 
     async def _wavelength(self, link: Link, channel: int) -> float:
-        return _number(await link.query(f":SENS{channel}:POW:WAV?"), self.name) * 1e9
+        query = f":SENS{channel}:POW:WAV?"
+        return reply_float(await link.query(query), query, self.name, what="a wavelength") * 1e9
 
     async def _set_unit(self, link: Link, channel: int, watts: bool) -> None:
         await scpi.command_checked(link, f":SENS{channel}:POW:UNIT {1 if watts else 0}")
@@ -95,7 +106,7 @@ class KeysightN77xx(PowerMeter):
             opc = scpi.split_answers(await link.read_line())
             if len(opc) == 1:
                 opc.extend(scpi.split_answers(await link.read_line()))
-            code, text = scpi.parse_error(opc[-1])
+            code, text = scpi.parse_error(opc[-1], command=start, instrument=self.name)
             if code != 0:
                 raise DeviceError(code, text, command=start, instrument=self.name)
             return sent
@@ -120,9 +131,3 @@ class KeysightN77xx(PowerMeter):
                                 instrument=self.name)
         return array_to_dbm(np.frombuffer(payload, dtype="<f4"), self._watts.get(ch, False))
 
-
-def _number(text: str, instrument: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ProtocolError(f"expected a number, got {text!r}", instrument=instrument) from None

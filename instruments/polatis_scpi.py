@@ -11,6 +11,7 @@ import re
 from instruments import scpi
 from instruments.errors import DeviceError, NotSupported, ProtocolError
 from instruments.link import Link, LinkSettings
+from instruments.numbers import reply_int
 from instruments.switch import (
     CrossConnects,
     OpticalSwitch,
@@ -33,19 +34,23 @@ class PolatisScpi(OpticalSwitch):
         vendor, model, serial, firmware = await scpi.identify(link)
         match = _SIZE_IN_MODEL.search(model)
         if match:
-            n, m = int(match.group(1)), int(match.group(2))
+            n, m = (reply_int(v, "*IDN?", self.name, what="a side of the switch")
+                    for v in match.groups())
         else:
             size = await link.query(":OXC:SWIT:SIZE?")
-            try:
-                n, m = (int(v) for v in scpi.parse_tokens(size)[:2])
-            except ValueError:
+            sides = scpi.parse_tokens(size)
+            if len(sides) < 2:
                 raise ProtocolError(f":OXC:SWIT:SIZE? answered {size!r}, expected N,M",
-                                    instrument=self.name) from None
+                                    instrument=self.name)
+            n, m = (reply_int(v, ":OXC:SWIT:SIZE?", self.name, what="a side of the switch")
+                    for v in sides[:2])
         return SwitchInfo(vendor, model, serial, firmware, n, m)
 
     async def _read_map(self, link: Link) -> CrossConnects:
         reply = await link.query(":OXC:SWIT:CONN:STAT?")
-        lists = scpi.parse_channel_lists(reply)
+        info = self._require_info()
+        lists = scpi.parse_channel_lists(reply, command=":OXC:SWIT:CONN:STAT?",
+                                         instrument=self.name, limit=info.ports)
         if len(lists) != 2 or len(lists[0]) != len(lists[1]):
             raise ProtocolError(f"connection state {reply!r} is not two lists of equal length",
                                 instrument=self.name)
@@ -87,13 +92,15 @@ class PolatisScpi(OpticalSwitch):
             chunk = ports[i : i + POWER_CHUNK]
             answers = await scpi.query_all(
                 link, f":PMON:POW? {scpi.channel_list(chunk)};:SYST:ERR?", 2)
-            code, text = scpi.parse_error(answers[1])
+            code, text = scpi.parse_error(answers[1], command=":PMON:POW?",
+                                          instrument=self.name)
             if code != 0:
                 await scpi.drain_errors(link)
                 if code == -113:
                     raise NotSupported("this switch has no power monitors", instrument=self.name)
                 raise DeviceError(code, text, command=":PMON:POW?", instrument=self.name)
-            values = scpi.parse_floats(answers[0])
+            values = scpi.parse_floats(answers[0], command=":PMON:POW?",
+                                       instrument=self.name)
             if len(values) != len(chunk):
                 raise ProtocolError(f"{len(chunk)} powers asked, got {answers[0]!r}",
                                     instrument=self.name)

@@ -6,6 +6,7 @@ import re
 
 from instruments.errors import ProtocolError
 from instruments.link import Link
+from instruments.numbers import reply_float, reply_int
 from instruments.switch import CrossConnects, Pair, PortState, SwitchInfo, plan_replace
 from instruments.tl1 import Tl1Message, aid_list
 from instruments.tl1_switch import Tl1Switch, port_values
@@ -29,18 +30,18 @@ class PolatisTl1(Tl1Switch):
         match = _SIZE.search(" ".join(size.lines))
         if not match:
             raise ProtocolError(f"RTRV-EQPT SIZE gave {size.lines!r}", instrument=self.name)
-        return SwitchInfo(vendor, model, serial.group(1) if serial else "", firmware,
-                          int(match.group(1)), int(match.group(2)))
+        n, m = (reply_int(v, "RTRV-EQPT", self.name, what="a side of the switch")
+                for v in match.groups())
+        return SwitchInfo(vendor, model, serial.group(1) if serial else "", firmware, n, m)
 
     async def _read_map(self, link: Link) -> CrossConnects:
         reply = await self._cmd(link, "RTRV-PATCH")
         result: CrossConnects = {}
         for line in reply.lines:
-            try:
-                a, b = (int(x) for x in line.split(",")[:2])
-            except ValueError:
-                raise ProtocolError(f"patch line {line!r} is not IN,OUT",
-                                    instrument=self.name) from None
+            ends = line.split(",")[:2]
+            if len(ends) != 2:
+                raise ProtocolError(f"patch line {line!r} is not IN,OUT", instrument=self.name)
+            a, b = (reply_int(x, "RTRV-PATCH", self.name, what="a port number") for x in ends)
             result[min(a, b)] = max(a, b)
         return result
 
@@ -73,16 +74,11 @@ class PolatisTl1(Tl1Switch):
 
     async def _port_power(self, link: Link, ports: list[int]) -> dict[int, float]:
         reply = await self._cmd(link, "RTRV-PORT-POWER", aid_list(ports))
-        try:
-            return {p: float(v) for p, v in _numbered(reply, self.name)}
-        except ValueError:
-            raise ProtocolError(f"power lines {reply.lines!r} are not PORT:dBm",
-                                instrument=self.name) from None
+        return {p: reply_float(v, "RTRV-PORT-POWER", self.name, what="a power in dBm")
+                for p, v in _numbered(reply, self.name, "RTRV-PORT-POWER")}
 
 
-def _numbered(reply: Tl1Message, instrument: str) -> list[tuple[int, str]]:
-    try:
-        return [(int(p), v) for p, v in port_values(reply, instrument)]
-    except ValueError:
-        raise ProtocolError(f"port numbers expected in {reply.lines!r}",
-                            instrument=instrument) from None
+def _numbered(reply: Tl1Message, instrument: str,
+              verb: str = "RTRV-PORT-SHUTTER") -> list[tuple[int, str]]:
+    return [(reply_int(p, verb, instrument, what="a port number"), v)
+            for p, v in port_values(reply, instrument)]

@@ -17,9 +17,12 @@ from typing import Any
 from instruments.errors import DeviceError, InvalidRequest, NoSuchPort, ProtocolError
 from instruments.instrument import Instrument
 from instruments.link import Link, LinkSettings
+from instruments.numbers import reply_float, reply_int
 
 MODULE_CHANNELS = 8
-_ERROR = re.compile(r"^[A-Za-z]{1,3}(\d+):(\d+)$")
+_ERROR = re.compile(r"^[A-Za-z]{1,3}(\d{1,9}):(\d{1,9})$", re.ASCII)
+#: Most channels a board chain may report (256 modules of 8).
+MAX_CHANNELS = 2048
 #: Error codes (Qx output modules and common ones), for messages.
 ERRORS = {0: "unknown error", 1: "over-voltage", 2: "over-current", 3: "power",
           4: "calibration", 5: "output", 10: "unrecognised command",
@@ -117,24 +120,23 @@ async def identify(link: Link) -> BoardInfo:
     (ident,) = await ask(link, "id?")
     (count,) = await ask(link, "nchan?")
     await set_and_sync(link, ["nup=0"])
-    channels = int(count)
+    channels = reply_int(count, "nchan?", link.name, what="a channel count")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ProtocolError(f"'nchan?' answered {channels}, expected 1..{MAX_CHANNELS}",
+                            instrument=link.name)
     chain = await ask(link, "nupall?", max(1, math.ceil(channels / MODULE_CHANNELS)))
     (vfull,) = await ask(link, "vfull?")
     (ifull,) = await ask(link, "ifull?")
-    try:
-        return BoardInfo(ident, [c.split(":")[0].strip() for c in chain], channels,
-                         float(vfull.split()[0]), float(ifull.split()[0]))
-    except (ValueError, IndexError):
-        raise ProtocolError(f"full scale {vfull!r} / {ifull!r} is not '<value> <unit>'",
-                            instrument=link.name) from None
+    full = [reply_float((text.split() or [""])[0], query, link.name,
+                        what="'<value> <unit>'") for text, query in ((vfull, "vfull?"),
+                                                                    (ifull, "ifull?"))]
+    return BoardInfo(ident, [c.split(":")[0].strip() for c in chain], channels, *full)
 
 
 async def read_all(link: Link, channels: int, word: str = "v") -> list[float]:
     """Every channel's voltage (``vall?``) or current (``iall?``, mA)."""
-    try:
-        return [float(v) for v in await ask(link, f"{word}all?", channels)]
-    except ValueError:
-        raise ProtocolError(f"{word}all? gave a non-number", instrument=link.name) from None
+    query = f"{word}all?"
+    return [reply_float(v, query, link.name) for v in await ask(link, query, channels)]
 
 
 async def read_volts(link: Link, channels: int) -> list[float]:

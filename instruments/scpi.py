@@ -12,6 +12,11 @@ from collections.abc import Iterable, Sequence
 
 from instruments.errors import DeviceError, ProtocolError
 from instruments.link import Link
+from instruments.numbers import reply_float, reply_int
+from instruments.transports.base import BUFFER_LIMIT
+
+#: Most ports a channel list in a reply may name when the device's size is not known yet.
+MAX_LIST_PORTS = 4096
 
 _ERROR = re.compile(r'^\s*([+-]?\d+)\s*,\s*"?(.*?)"?\s*$')
 _LIST = re.compile(r"\(@([^)]*)\)")
@@ -22,22 +27,34 @@ def channel_list(ports: Iterable[int]) -> str:
     return "(@" + ",".join(str(p) for p in ports) + ")"
 
 
-def parse_channel_lists(text: str) -> list[list[int]]:
-    """``(@1,2),(@17,18)`` → ``[[1, 2], [17, 18]]``; ``(@)`` → ``[[]]``. Ranges ``a:b`` expand."""
+def parse_channel_lists(text: str, *, command: str = "", instrument: str | None = None,
+                        limit: int = MAX_LIST_PORTS) -> list[list[int]]:
+    """``(@1,2),(@17,18)`` → ``[[1, 2], [17, 18]]``; ``(@)`` → ``[[]]``. Ranges ``a:b`` expand,
+    after their ends are checked against ``1..limit``; a list of more than ``limit`` ports is
+    refused (a device's reply never costs more than its size)."""
     lists = _LIST.findall(text)
     if not lists or _LIST.sub("", text).replace(",", "").strip():
-        raise ProtocolError(f"not an SCPI channel list: {text!r}")
+        raise ProtocolError(f"{command!r} answered {_shown(text)}, not an SCPI channel list",
+                            instrument=instrument)
     result = []
     for body in lists:
         ports: list[int] = []
         for item in filter(None, (x.strip() for x in body.split(","))):
             first, _, last = item.partition(":")
-            try:
-                ports.extend(range(int(first), int(last or first) + 1))
-            except ValueError:
-                raise ProtocolError(f"bad port {item!r} in channel list {text!r}") from None
+            lo = reply_int(first, command, instrument, what="a port number")
+            hi = reply_int(last, command, instrument, what="a port number") if last else lo
+            if not (1 <= lo <= limit and 1 <= hi <= limit) or len(ports) + hi - lo >= limit:
+                raise ProtocolError(f"{command!r} answered ports {lo}..{hi}: more than the "
+                                    f"{limit} ports a list may hold", instrument=instrument)
+            ports.extend(range(lo, hi + 1))
         result.append(ports)
     return result
+
+
+def _shown(text: str) -> str:
+    """Device text in a message: printable ASCII, cut short."""
+    shown = ascii(text)
+    return shown if len(shown) <= 120 else shown[:120] + "...'"
 
 
 def program_message(*units: str) -> str:
@@ -64,12 +81,14 @@ def program_message(*units: str) -> str:
     return ";".join(out)
 
 
-def parse_error(text: str) -> tuple[int, str]:
+def parse_error(text: str, *, command: str = ":SYST:ERR?",
+                instrument: str | None = None) -> tuple[int, str]:
     """``-113, "Undefined header"`` (or ``+0,"No error"``) → ``(-113, "Undefined header")``."""
     match = _ERROR.match(text)
     if not match:
-        raise ProtocolError(f"not an SCPI error-queue entry: {text!r}")
-    return int(match.group(1)), match.group(2)
+        raise ProtocolError(f"{command!r} answered {_shown(text)}, not an SCPI error-queue "
+                            "entry", instrument=instrument)
+    return reply_int(match.group(1), command, instrument, what="an error code"), match.group(2)
 
 
 def split_answers(line: str) -> list[str]:
@@ -118,7 +137,7 @@ async def _raise_queued(link: Link, entry: str, command: str) -> None:
     """Raise the device's error for ``command`` if the error-queue ``entry`` holds one,
     after emptying the rest of the queue (so no stale error is blamed on a later
     command)."""
-    code, text = parse_error(entry)
+    code, text = parse_error(entry, command=command, instrument=link.name)
     if code != 0:
         await drain_errors(link)
         raise DeviceError(code, text, command=command, instrument=link.name)
@@ -177,7 +196,11 @@ async def query_block(link: Link, query: str, *, timeout: float | None = None) -
     if not head[1:2].isdigit() or head[1:2] == b"0":
         raise ProtocolError(f"expected a definite-length block, got {head!r}",
                             instrument=link.name)
-    length = int(await link.read_exactly(int(head[1:2]), timeout=timeout))
+    digits = await link.read_exactly(int(head[1:2]), timeout=timeout)
+    length = reply_int(digits.decode("latin-1"), query, link.name, what="a block length")
+    if not 0 <= length <= BUFFER_LIMIT:
+        raise ProtocolError(f"{query!r} announced a block of {length} bytes, over the "
+                            f"{BUFFER_LIMIT}-byte limit", instrument=link.name)
     payload = await link.read_exactly(length, timeout=timeout)
     tail = await link.read_line(timeout=timeout)  # ';<error entry>' or a line end
     answers = [a for a in split_answers(tail) if a.strip()]
@@ -192,20 +215,17 @@ async def drain_errors(link: Link, limit: int = 32) -> list[tuple[int, str]]:
     the next command)."""
     found = []
     for _ in range(limit):
-        code, text = parse_error(await link.query(":SYST:ERR?"))
+        code, text = parse_error(await link.query(":SYST:ERR?"), instrument=link.name)
         if code == 0:
             break
         found.append((code, text))
     return found
 
 
-def parse_floats(text: str) -> list[float]:
+def parse_floats(text: str, *, command: str = "", instrument: str | None = None) -> list[float]:
     """``(-12.3,-40.0)`` or ``-12.3,-40.0`` → floats."""
     body = text.strip().strip("()")
-    try:
-        return [float(v) for v in body.split(",") if v.strip()]
-    except ValueError:
-        raise ProtocolError(f"expected numbers, got {text!r}") from None
+    return [reply_float(v, command, instrument) for v in body.split(",") if v.strip()]
 
 
 def parse_tokens(text: str) -> Sequence[str]:

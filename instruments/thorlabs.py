@@ -9,9 +9,12 @@ from instruments import scpi
 from instruments.errors import ProtocolError
 from instruments.link import Link, LinkSettings
 from instruments.meter import MeterInfo, PowerMeter
+from instruments.numbers import reply_float
 
 #: Seconds per averaged sample (about 3 ms, per the vendor examples).
 SAMPLE_S = 0.003
+#: Most samples a meter averages (a reading waits this many samples' time).
+MAX_AVERAGES = 1_000_000
 
 
 class ThorlabsPM100(PowerMeter):
@@ -25,7 +28,12 @@ class ThorlabsPM100(PowerMeter):
     async def _identify(self, link: Link) -> MeterInfo:
         vendor, model, serial, firmware = await scpi.identify(link)
         sensor = (await link.query(":SYST:SENS:IDN?")).split(",")[0].strip()
-        self.averages = int(float(await link.query(":SENS:AVER:COUN?")))
+        count = reply_float(await link.query(":SENS:AVER:COUN?"), ":SENS:AVER:COUN?",
+                            self.name, what="an average count")
+        if not 1 <= count <= MAX_AVERAGES:
+            raise ProtocolError(f"':SENS:AVER:COUN?' answered {count:g}, expected "
+                                f"1..{MAX_AVERAGES}", instrument=self.name)
+        self.averages = int(count)
         return MeterInfo(vendor, model, serial, firmware, 1, sensor)
 
     async def _unit_is_watts(self, link: Link, channel: int) -> bool:
@@ -34,16 +42,14 @@ class ThorlabsPM100(PowerMeter):
     async def _read(self, link: Link, channel: int) -> float:
         wait = link.settings.timeout + self.averages * SAMPLE_S
         text = await scpi.query_checked(link, ":MEAS:POW?", timeout=wait)
-        try:
-            return float(text)
-        except ValueError:
-            raise ProtocolError(f"expected a power, got {text!r}", instrument=self.name) from None
+        return reply_float(text, ":MEAS:POW?", self.name, what="a power")
 
     async def _set_wavelength(self, link: Link, channel: int, nm: float) -> None:
         await scpi.command_checked(link, f":SENS:CORR:WAV {nm:g}")
 
     async def _wavelength(self, link: Link, channel: int) -> float:
-        return float(await link.query(":SENS:CORR:WAV?"))
+        return reply_float(await link.query(":SENS:CORR:WAV?"), ":SENS:CORR:WAV?", self.name,
+                           what="a wavelength")
 
     async def _set_unit(self, link: Link, channel: int, watts: bool) -> None:
         await scpi.command_checked(link, f":SENS:POW:UNIT {'W' if watts else 'DBM'}")
@@ -58,8 +64,11 @@ class ThorlabsPM100(PowerMeter):
 
     async def wavelength_range(self) -> tuple[float, float]:
         async def exchange(link: Link) -> tuple[float, float]:
-            low = float(await link.query(":SENS:CORR:WAV? MIN"))
-            return low, float(await link.query(":SENS:CORR:WAV? MAX"))
+            ends = []
+            for query in (":SENS:CORR:WAV? MIN", ":SENS:CORR:WAV? MAX"):
+                ends.append(reply_float(await link.query(query), query, self.name,
+                                        what="a wavelength"))
+            return ends[0], ends[1]
 
         return await self._run(exchange)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from instruments.errors import AuthenticationError, DeviceError, InstrumentTimeout, ProtocolError
 from instruments.link import Link
+from instruments.numbers import reply_int
 
 _HEADER = re.compile(
     r"^\s+(?P<sid>.*?)\s+(?P<date>\d{2,4}-\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})\s*$"
@@ -30,6 +31,8 @@ _ACK = re.compile(r"^(IP|PF|OK|NA|NG|RL)\s+\S+\s*$")
 _PROMPT = re.compile(r"^[\w.-]*[>]\s?")
 _COMMENT = re.compile(r"^\s*/\*\s?(.*?)\s?\*/\s*$")
 
+#: Most ports a TL1 port list may name when the device's size is not known.
+MAX_LIST_PORTS = 4096
 NOT_LOGGED_IN = ("not logged in", "login not active")
 
 
@@ -190,19 +193,22 @@ def aid_list(ports: list[str] | list[int]) -> str:
     return "&".join(str(p) for p in ports)
 
 
-def parse_aid_list(text: str) -> list[int]:
-    """``1&3&7`` → ``[1, 3, 7]``; ``1&&4`` is the inclusive range 1..4 (mixable: ``1&&3&9``)."""
+def parse_aid_list(text: str, limit: int = MAX_LIST_PORTS,
+                   instrument: str | None = None) -> list[int]:
+    """``1&3&7`` → ``[1, 3, 7]``; ``1&&4`` is the inclusive range 1..4 (mixable: ``1&&3&9``).
+    Range ends are checked against ``1..limit`` before a range expands, and a list of more
+    than ``limit`` ports is refused."""
     tokens = text.split("&")
     ports: list[int] = []
-    try:
-        i = 0
-        while i < len(tokens):
-            if i + 2 < len(tokens) and tokens[i + 1] == "":
-                ports.extend(range(int(tokens[i]), int(tokens[i + 2]) + 1))
-                i += 3
-            else:
-                ports.append(int(tokens[i]))
-                i += 1
-    except ValueError:
-        raise ProtocolError(f"bad TL1 port list {text!r}") from None
+    i = 0
+    while i < len(tokens):
+        ranged = i + 2 < len(tokens) and tokens[i + 1] == ""
+        lo = reply_int(tokens[i], "TL1 port list", instrument, what="a port number")
+        hi = reply_int(tokens[i + 2], "TL1 port list", instrument,
+                       what="a port number") if ranged else lo
+        if not (1 <= lo <= limit and 1 <= hi <= limit) or len(ports) + hi - lo >= limit:
+            raise ProtocolError(f"TL1 port list names ports {lo}..{hi}: more than the "
+                                f"{limit} ports a list may hold", instrument=instrument)
+        ports.extend(range(lo, hi + 1))
+        i += 3 if ranged else 1
     return ports

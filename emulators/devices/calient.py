@@ -14,8 +14,9 @@ from typing import Any
 from emulators.physics.crossconnect import ModelError, SwitchModel
 from emulators.physics.timing import TimingModel
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_int
 from emulators.wire.server import Interface, SessionInterface
-from emulators.wire.tl1 import Deny, Tl1Command, Tl1Session
+from emulators.wire.tl1 import Deny, Tl1Command, Tl1Session, quoted
 
 
 @dataclass
@@ -85,9 +86,9 @@ class CalientSwitch:
 
     def _parse_port(self, aid: str) -> int:
         try:
-            shelf, slot, index = (int(x) for x in aid.strip().split("."))
+            shelf, slot, index = (wire_int(x) for x in aid.strip().split("."))
         except ValueError:
-            raise Deny("IIAC", f"Invalid AID {aid!r}: expected shelf.slot.port") from None
+            raise Deny("IIAC", f"Invalid AID {quoted(aid)}: expected shelf.slot.port") from None
         port = (slot - 1) * self.options.ports_per_slot + index
         if shelf != 1 or not 1 <= index <= self.options.ports_per_slot or not (
                 1 <= port <= self.options.ports):
@@ -181,7 +182,7 @@ class CalientTl1Session(Tl1Session):
         names = [p.strip() for p in (c.params or c.gb).split(",") if p.strip()]
         found = [self.device.crs[n] for n in names if n in self.device.crs]
         if not found:
-            raise Deny("IIAC", f"Invalid Connection: no connection named {c.params!r}")
+            raise Deny("IIAC", f"Invalid Connection: no connection named {quoted(c.params)}")
         return found
 
     async def _move(self, op: str, connect: list[tuple[int, int]],

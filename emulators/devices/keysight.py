@@ -18,6 +18,7 @@ import numpy as np
 from emulators.physics.crossconnect import sleep_until
 from emulators.physics.meters import MeterModel, SensorMissing
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_int
 from emulators.wire.scpi import (
     ScpiDeviceSession,
     ScpiError,
@@ -269,7 +270,7 @@ class KeysightSession(ScpiDeviceSession):
         if len(parts) != 2:
             raise ScpiError(-109, "Missing parameter; expected <points>,<averaging time>")
         try:
-            points = int(parts[0])
+            points = wire_int(parts[0])
         except ValueError:
             raise ScpiError(-104, "Data type error; points must be a whole number") from None
         atime = parse_number(parts[1], ("S", "MS", "US"))

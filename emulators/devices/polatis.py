@@ -10,6 +10,7 @@ over one shared switch state. Behaviour follows docs/protocols.md §1; the [?] i
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +18,20 @@ from typing import Any
 from emulators.physics.crossconnect import ModelError, SwitchModel
 from emulators.physics.timing import TimingModel
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_int
 from emulators.wire.scpi import ScpiDeviceSession, ScpiError, format_list, parse_lists
 from emulators.wire.server import Interface, Session, SessionInterface
-from emulators.wire.tl1 import Deny, Tl1Command, Tl1Session, autonomous, keyword_params, parse_ports
+from emulators.wire.tl1 import (
+    Deny,
+    Tl1Command,
+    Tl1Session,
+    autonomous,
+    keyword_params,
+    parse_ports,
+    quoted,
+)
 
+_SID = re.compile(r"[A-Za-z0-9_.-]{1,20}", re.ASCII)
 _SCPI_REASON = {"range": (-222, "Data out of range"), "side": (-224, "Illegal parameter value"),
                 "self": (-224, "Illegal parameter value"), "duplicate": (-224,
                 "Illegal parameter value"), "busy": (-221, "Settings conflict"),
@@ -133,7 +144,7 @@ class PolatisScpiSession(ScpiDeviceSession):
 
 
     def _ports(self, args: str, count: int) -> list[list[int]]:
-        lists = parse_lists(args)
+        lists = parse_lists(args, self.model.ports)
         if len(lists) != count:
             raise ScpiError(-109 if len(lists) < count else -108,
                             f"Expected {count} channel list(s)")
@@ -189,7 +200,7 @@ class PolatisScpiSession(ScpiDeviceSession):
 
     def _port(self, args: str, _: list[int]) -> str:
         try:
-            port = int(args.strip().strip("(@)"))
+            port = wire_int(args.strip().strip("(@)"))
             self.model.check_port(port)
         except ValueError:
             raise ScpiError(-104, "Data type error; expected a port number") from None
@@ -348,7 +359,7 @@ class PolatisTl1Session(Tl1Session):
             return [f"SYSTEM:SIZE={self.model.ingress}x{self.model.egress}"]
         if c.aid.upper() == "TIMEOUT":
             return ["TIMEOUT:ADMIN=0,USER=0"]
-        raise Deny("IPNV", f"Parameter not valid: {c.aid} {c.params}")
+        raise Deny("IPNV", f"Parameter not valid: {quoted(c.aid)} {quoted(c.params)}")
 
     async def _ent_patch(self, c: Tl1Command, t: int) -> None:
         ins, _, outs = c.aid.partition(",")
@@ -392,7 +403,12 @@ class PolatisTl1Session(Tl1Session):
         self.autonomous_enabled = True
 
     async def _set_sid(self, c: Tl1Command, t: int) -> None:
-        self.device.options.sid = c.params.strip('"')
+        sid = c.params.strip().strip('"')
+        # The SID heads every output block of every session: nothing that breaks framing.
+        if not _SID.fullmatch(sid):
+            raise Deny("IPNV", f"Parameter not valid: SID {quoted(sid)} is not 1 to 20 "
+                       "letters, digits, '-', '_' or '.'")
+        self.device.options.sid = sid
 
     async def _init_sys(self, c: Tl1Command, t: int) -> None:
         if c.params.strip() in ("0", "1"):
@@ -401,4 +417,4 @@ class PolatisTl1Session(Tl1Session):
                 if self.model.state_of(p) == "D":
                     self.model.set_port_state(p, "E", "tl1")
             return
-        raise Deny("IPNV", f"INIT-SYS phase {c.params!r} not supported by the emulator")
+        raise Deny("IPNV", f"INIT-SYS phase {quoted(c.params)} not supported by the emulator")

@@ -11,6 +11,7 @@ the port opens). Mesh options: ``ports``, ``coupler_error``, ``tau_us``, ``v_pi`
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import dataclass, fields
@@ -18,8 +19,10 @@ from typing import Any
 
 from emulators.physics.mesh import MeshModel, MeshOptions
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_float, wire_int
 from emulators.wire.server import Interface, Session, SessionInterface
 
+log = logging.getLogger(__name__)
 MODULE_CHANNELS = 8
 VFULL = 12.0
 IFULL = 24.0
@@ -120,6 +123,12 @@ class QontrolSession(Session):
             return f"E{code:02d}:{channel:02d}\n".encode()
         return f"E{code}:{channel}\n".encode()
 
+    def overlong(self) -> bytes | None:
+        return self._error(14, 0)  # serial buffer overflow
+
+    def failed(self) -> bytes | None:
+        return self._error(0, 0)
+
     async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
         text = message.decode("ascii", "replace").strip()
         if not text:
@@ -128,6 +137,11 @@ class QontrolSession(Session):
             lines = self._execute(text, arrived_ns)
         except QontrolError as exc:
             return self._error(exc.code, exc.channel)
+        except Exception as exc:
+            # Whatever a client sends, the serial session lives on: the line is refused
+            # like any other bad one, and the device's log says what went wrong.
+            log.warning("Qontrol %r failed: %s: %s", text[:32], type(exc).__name__, exc)
+            return self._error(0, 0)
         if lines is None:
             return b"OK\n" if self.device.options.ack else None
         return "".join(f"{line}\n" for line in lines).encode()
@@ -139,7 +153,10 @@ class QontrolSession(Session):
         word, number, op, value = (match.group(1).upper(), match.group(2), match.group(3),
                                    match.group(4).strip())
         d = self.device
-        ch = int(number) if number else 0
+        try:
+            ch = wire_int(number) if number else 0
+        except ValueError:
+            raise QontrolError(12, 0) from None
         if op == "?":
             if word in ("V", "I", "VMAX", "IMAX"):
                 if not 0 <= ch < d.channels:
@@ -167,7 +184,7 @@ class QontrolSession(Session):
             raise QontrolError(10)
         # op == "="
         try:
-            numbers = [float(v) for v in value.split(",")] if value else []
+            numbers = [wire_float(v) for v in value.split(",")] if value else []
         except ValueError:
             raise QontrolError(11, ch) from None
         if not numbers:
@@ -179,6 +196,9 @@ class QontrolSession(Session):
         elif word in ("VMAX", "IMAX"):
             if not 0 <= ch < d.channels:
                 raise QontrolError(12, ch)
+            full, code = (VFULL, 1) if word == "VMAX" else (IFULL, 2)
+            if not 0.0 <= numbers[0] <= full:
+                raise QontrolError(code, ch)
             (d.vmax if word == "VMAX" else d.imax)[ch] = numbers[0]
         elif word in ("I", "IVEC"):
             for offset, value_ma in enumerate(numbers):

@@ -16,6 +16,7 @@ import numpy as np
 from emulators.physics.crossconnect import sleep_until
 from emulators.physics.meters import MeterModel, SensorMissing
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import wire_int
 from emulators.wire.scpi import ScpiDeviceSession, ScpiError, parse_bool, parse_number
 from emulators.wire.server import Interface, SessionInterface
 
@@ -145,7 +146,7 @@ class ThorlabsSession(ScpiDeviceSession):
 
     def _set_average(self, args: str, s: list[int]) -> None:
         try:
-            count = int(args.strip())
+            count = wire_int(args)
         except ValueError:
             raise ScpiError(-104, "Data type error; expected a whole number") from None
         if not 1 <= count <= 100_000:

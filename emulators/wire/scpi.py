@@ -5,17 +5,21 @@ IEEE 488.2 reply joining (or one line per answer, a per-device option)."""
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from emulators.wire.numbers import MAX_MESSAGE_BYTES, MAX_NUMBER_CHARS, wire_float, wire_int
 from emulators.wire.server import Session
 
 Handler = Callable[..., object]  # returns str | None, or an awaitable of it
-_MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d*)$")
+_MNEMONIC = re.compile(r"^([A-Za-z*][A-Za-z_]*?)(\d{0,9})$", re.ASCII)
+log = logging.getLogger(__name__)
 QUEUE_LENGTH = 32
 _FOUND_LIMIT = 4096
+_HEADER_CACHED = 128  # longer headers are looked up each time: the cache stays small
 
 
 class ScpiError(Exception):
@@ -90,6 +94,8 @@ class ScpiEngine:
 
     def find(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
         key = (tuple(tokens), query)
+        if sum(map(len, tokens)) > _HEADER_CACHED:
+            return self._lookup(tokens, query)
         if key not in self._found:
             if len(self._found) >= _FOUND_LIMIT:  # a client sending endless new headers
                 self._found.clear()
@@ -170,6 +176,12 @@ class ScpiSessionState:
             except ScpiError as exc:
                 self.push_error(exc.code, exc.text)
                 continue
+            except Exception as exc:
+                # Whatever a client sends, the session lives on: the unit is refused like
+                # any other bad command, and the device's log says what went wrong.
+                log.warning("SCPI %s failed: %s: %s", _quote(unit), type(exc).__name__, exc)
+                self.push_error(-300, "Device-specific error; command not executed")
+                continue
             if query:
                 answers.append(result if isinstance(result, bytes) else
                                "" if result is None else str(result))
@@ -187,9 +199,12 @@ class ScpiSessionState:
         return b"".join(p + end for p in parts)
 
 
-def parse_lists(args: str) -> list[list[int]]:
+def parse_lists(args: str, limit: int) -> list[list[int]]:
     """The device's reading of ``(@1,2),(@17,18)``: lists of ports; ``(@)`` is empty.
-    Raises ScpiError -104/-109 on anything else."""
+    Every port and both ends of every range ``a:b`` are checked against ``1..limit`` before
+    a range is expanded, and a list naming more than ``limit`` ports is refused (it would
+    name some twice): what a client writes never costs more than the device's size.
+    Raises ScpiError -104/-109 on anything else, -222 for a port out of range."""
     text = args.strip()
     if not text:
         raise ScpiError(-109, "Missing parameter")
@@ -204,18 +219,30 @@ def parse_lists(args: str) -> list[list[int]]:
         ports: list[int] = []
         if body:
             for item in body.split(","):
-                item = item.strip()
+                lo, colon, hi = item.partition(":")
                 try:
-                    if ":" in item:
-                        lo, hi = (int(x) for x in item.split(":"))
-                        ports.extend(range(lo, hi + 1))
-                    else:
-                        ports.append(int(item))
+                    first, last = wire_int(lo), wire_int(hi if colon else lo)
                 except ValueError:
-                    raise ScpiError(-104, f"Data type error; bad channel {item!r}") from None
+                    raise ScpiError(-104, f"Data type error; bad channel {_quote(item)}"
+                                    ) from None
+                for end in (first, last):
+                    if not 1 <= end <= limit:
+                        raise ScpiError(-222, f"Data out of range; port {end} out of range "
+                                        f"1..{limit}")
+                if len(ports) + max(0, last - first + 1) > limit:
+                    raise ScpiError(-224, f"Illegal parameter value; more than {limit} "
+                                    "ports in one list")
+                ports.extend(range(first, last + 1))
         lists.append(ports)
         pos = match.end()
     return lists
+
+
+def _quote(text: str) -> str:
+    """Client text in an error message: printable ASCII, cut short (an error queue entry
+    stays small)."""
+    shown = ascii(text.strip())
+    return shown if len(shown) <= 2 * MAX_NUMBER_CHARS else shown[:2 * MAX_NUMBER_CHARS] + "...'"
 
 
 def format_list(ports: list[int]) -> str:
@@ -231,7 +258,8 @@ def definite_block(payload: bytes) -> bytes:
 _UNIT_SCALE = {"": 1.0, "M": 1.0, "MM": 1e-3, "UM": 1e-6, "NM": 1e-9, "PM": 1e-12,
                "S": 1.0, "MS": 1e-3, "US": 1e-6, "NS": 1e-9, "DBM": 1.0, "W": 1.0,
                "MW": 1e-3, "UW": 1e-6, "NW": 1e-9}
-_NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]{0,8})\s*$",
+                     re.ASCII)
 
 
 def parse_number(text: str, units: tuple[str, ...] = ()) -> float:
@@ -239,11 +267,16 @@ def parse_number(text: str, units: tuple[str, ...] = ()) -> float:
     suffix among ``units``, scaled to the base unit. Raises ScpiError -104/-131."""
     match = _NUMBER.match(text)
     if not match:
-        raise ScpiError(-104, f"Data type error; expected a number, got {text.strip()!r}")
+        raise ScpiError(-104, f"Data type error; expected a number, got {_quote(text)}")
     unit = match.group(2).upper()
     if unit and unit not in units:
         raise ScpiError(-131, f"Invalid suffix {match.group(2)!r}")
-    return float(match.group(1)) * _UNIT_SCALE.get(unit, 1.0)
+    try:
+        value = wire_float(match.group(1))
+    except ValueError:
+        raise ScpiError(-120, f"Numeric data error; {_quote(match.group(1))} is not a "
+                        f"number of at most {MAX_NUMBER_CHARS} characters") from None
+    return value * _UNIT_SCALE.get(unit, 1.0)
 
 
 def parse_bool(text: str) -> bool:
@@ -252,7 +285,7 @@ def parse_bool(text: str) -> bool:
         return True
     if value in ("0", "OFF"):
         return False
-    raise ScpiError(-104, f"Data type error; expected 0, 1, ON or OFF, got {text.strip()!r}")
+    raise ScpiError(-104, f"Data type error; expected 0, 1, ON or OFF, got {_quote(text)}")
 
 
 class ScpiDeviceSession(Session):
@@ -269,6 +302,15 @@ class ScpiDeviceSession(Session):
                                       joined_replies=joined_replies)
         self.arrived_ns = 0
         """When the message being executed arrived (handlers time their work from it)."""
+
+    def overlong(self) -> bytes | None:
+        self.state.push_error(-223, f"Too much data; a message over {MAX_MESSAGE_BYTES} "
+                              "bytes was dropped")
+        return None
+
+    def failed(self) -> bytes | None:
+        self.state.push_error(-300, "Device-specific error; command not executed")
+        return None
 
     async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
         self.arrived_ns = arrived_ns

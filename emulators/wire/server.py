@@ -21,6 +21,7 @@ import tty
 from collections.abc import Callable
 
 from emulators.wire.faults import Faults
+from emulators.wire.numbers import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,15 @@ class Session(abc.ABC):
 
     async def greeting(self) -> bytes:
         return b""
+
+    def overlong(self) -> bytes | None:
+        """A message longer than :data:`MAX_MESSAGE_BYTES` came and was dropped: the
+        protocol's refusal (an error queue entry, a DENY, an error line)."""
+        return None
+
+    def failed(self) -> bytes | None:
+        """Handling a message raised an unexpected error: the protocol's refusal."""
+        return None
 
     @abc.abstractmethod
     async def handle(self, message: bytes, arrived_ns: int) -> bytes | None: ...
@@ -94,6 +104,29 @@ def _realtime_to_monotonic(tries: int = 5) -> tuple[int, int]:
     return best[1], best[2]
 
 
+class _Valve(asyncio.ReadTransport):
+    """What a StreamReader pauses when its buffer passes twice its limit and resumes when
+    it is read: a client that writes faster than its session reads is held back by the
+    kernel's own buffers (TCP flow control), never by this process's memory."""
+
+    def __init__(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        super().__init__()
+        self._pause, self._resume, self._reading = pause, resume, True
+
+    def pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._pause()
+
+    def resume_reading(self) -> None:
+        if not self._reading:
+            self._reading = True
+            self._resume()
+
+    def is_reading(self) -> bool:
+        return self._reading
+
+
 class TcpLine:
     """One client's TCP connection, read with ``recvmsg`` so that a command's arrival is
     the kernel's stamp of its bytes landing, not when this process got round to reading
@@ -102,7 +135,8 @@ class TcpLine:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.reader = asyncio.StreamReader(limit=16 * 1024 * 1024)
+        self.reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+        self.reader.set_transport(_Valve(self._pause, self._resume))
         self._landed = 0
         self._pending = bytearray()
         self._loop = asyncio.get_running_loop()
@@ -113,6 +147,14 @@ class TcpLine:
                 sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         self._fd = sock.fileno()
         self._loop.add_reader(self._fd, self._readable)
+
+    def _pause(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+
+    def _resume(self) -> None:
+        if self._fd >= 0:
+            self._loop.add_reader(self._fd, self._readable)
 
     def arrived(self) -> int:
         """When the latest bytes landed (CLOCK_MONOTONIC ns)."""
@@ -190,6 +232,19 @@ class TcpLine:
         self.close()
 
 
+async def _drop_message(reader: asyncio.StreamReader, sep: bytes,
+                        overrun: asyncio.LimitOverrunError) -> None:
+    """Drop an overlong message up to and including its separator, a limit's worth at a
+    time (the reader's buffer never holds more than twice the limit)."""
+    while True:
+        await reader.readexactly(overrun.consumed)
+        try:
+            await reader.readuntil(sep)
+            return
+        except asyncio.LimitOverrunError as again:
+            overrun = again
+
+
 class Endpoint:
     """Serves one interface on ``tcp://host:port`` (port 0 picks a free one) or on a pty."""
 
@@ -236,7 +291,15 @@ class Endpoint:
             line = TcpLine(conn)
             task = asyncio.create_task(self._on_client(line), name=f"client-{self.address}")
             self._clients.add(task)
-            task.add_done_callback(self._clients.discard)
+            task.add_done_callback(self._client_done)
+
+    def _client_done(self, task: asyncio.Task[None]) -> None:
+        """A conversation ended: one that ended in an error says so in one line (never an
+        unretrieved task exception at exit)."""
+        self._clients.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("%s: a %s conversation ended: %s: %s", self.address,
+                        self.interface.name, type(exc).__name__, exc)
 
     async def _on_client(self, line: TcpLine) -> None:
         self._lines.add(line)
@@ -254,7 +317,7 @@ class Endpoint:
         # client closes its side, and the "serial line" would die with the first client.
         os.set_blocking(master, False)
         self._pty = (master, slave)
-        reader = asyncio.StreamReader(limit=16 * 1024 * 1024)
+        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
         loop = asyncio.get_running_loop()
 
         def on_readable() -> None:
@@ -268,6 +331,11 @@ class Endpoint:
                 reader.feed_data(data)
 
         loop.add_reader(master, on_readable)
+
+        def pause() -> None:
+            loop.remove_reader(master)
+
+        reader.set_transport(_Valve(pause, lambda: loop.add_reader(master, on_readable)))
 
         def write(data: bytes) -> None:
             view = memoryview(data)
@@ -299,8 +367,11 @@ class Endpoint:
             while True:
                 try:
                     message = await reader.readuntil(sep)
-                except asyncio.LimitOverrunError:
-                    reader._buffer.clear()  # type: ignore[attr-defined]
+                except asyncio.LimitOverrunError as overrun:
+                    await _drop_message(reader, sep, overrun)
+                    refusal = session.overlong()
+                    if refusal:
+                        send(refusal)
                     continue
                 # A command that came while the session was busy starts when it is free.
                 arrived = max(arrived_at(), free)
@@ -309,7 +380,7 @@ class Endpoint:
                 drop = self.faults.take("drop")
                 if drop is not None:
                     if drop.apply:
-                        await session.handle(message, arrived)
+                        await self._handle(session, message, arrived)
                     if self.serve == "tcp":
                         close()
                         return
@@ -317,7 +388,7 @@ class Endpoint:
                     session = self.interface.new_session()
                     session.send = send
                     continue
-                reply = await session.handle(message, arrived)
+                reply = await self._handle(session, message, arrived)
                 free = time.monotonic_ns()
                 if not reply:
                     continue
@@ -331,6 +402,15 @@ class Endpoint:
             pass
         finally:
             session.closed()
+
+    async def _handle(self, session: Session, message: bytes, arrived: int) -> bytes | None:
+        """The session's answer; an error it did not expect refuses this message only."""
+        try:
+            return await session.handle(message, arrived)
+        except Exception as exc:
+            log.warning("%s: %s session failed on %r: %s: %s", self.address,
+                        self.interface.name, message[:32], type(exc).__name__, exc)
+            return session.failed()
 
     def drop_all(self) -> None:
         """Cut every open TCP connection now (a cable pull)."""

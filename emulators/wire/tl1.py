@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import abc
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from emulators.wire.numbers import MAX_MESSAGE_BYTES, wire_int
 from emulators.wire.server import Session
 
+log = logging.getLogger(__name__)
 CRLF = "\r\n"
+#: A correlation tag longer than this is refused (GR-831 allows six characters).
+MAX_CTAG = 32
 
 
 class Deny(Exception):
@@ -83,24 +88,35 @@ def autonomous(sid: str, atag: int, verb_line: str, lines: list[str], alarm: str
 
 
 def parse_ports(aid: str, limit: int) -> list[int]:
-    """``5``, ``1&3&7``, ``1&&640`` (inclusive range, mixable) → ports; DENY IIAC otherwise."""
+    """``5``, ``1&3&7``, ``1&&640`` (inclusive range, mixable) → ports; DENY IIAC otherwise.
+    Both ends of a range are checked against ``1..limit`` before it is expanded, and a list
+    of more than ``limit`` ports (some named twice) is refused with IPNV: what a client
+    writes never costs more than the device's size."""
     tokens = aid.split("&")
     ports: list[int] = []
     i = 0
-    try:
-        while i < len(tokens):
-            if i + 2 < len(tokens) and tokens[i + 1] == "":
-                ports.extend(range(int(tokens[i]), int(tokens[i + 2]) + 1))
-                i += 3
-            else:
-                ports.append(int(tokens[i]))
-                i += 1
-    except ValueError:
-        raise Deny("IIAC", f"Invalid AID {aid!r}") from None
-    for p in ports:
-        if not 1 <= p <= limit:
-            raise Deny("IIAC", f"Invalid AID: port {p} out of range 1..{limit}")
+    while i < len(tokens):
+        ranged = i + 2 < len(tokens) and tokens[i + 1] == ""
+        ends = (tokens[i], tokens[i + 2]) if ranged else (tokens[i], tokens[i])
+        try:
+            first, last = wire_int(ends[0]), wire_int(ends[1])
+        except ValueError:
+            raise Deny("IIAC", f"Invalid AID {quoted(aid)}") from None
+        for port in (first, last):
+            if not 1 <= port <= limit:
+                raise Deny("IIAC", f"Invalid AID: port {port} out of range 1..{limit}")
+        if len(ports) + max(0, last - first + 1) > limit:
+            raise Deny("IPNV", f"Parameter not valid: more than {limit} ports in one list")
+        ports.extend(range(first, last + 1))
+        i += 3 if ranged else 1
     return ports
+
+
+def quoted(text: str, limit: int = 64) -> str:
+    """Client text in a DENY comment: printable ASCII, cut short, and with no ``*/`` to end
+    the comment."""
+    shown = ascii(text.replace("*/", "* /"))
+    return shown if len(shown) <= limit else shown[:limit] + "...'"
 
 
 def keyword_params(params: str) -> dict[str, str]:
@@ -136,6 +152,13 @@ class Tl1Session(Session):
             "RTRV-HDR": self._nothing,
         }
 
+    def overlong(self) -> bytes | None:
+        return self.reply("0", deny=Deny("IISP", f"Input, invalid syntax: a command over "
+                                         f"{MAX_MESSAGE_BYTES} bytes was dropped"))
+
+    def failed(self) -> bytes | None:
+        return self.reply("0", deny=Deny("SROF", "Requested operation failed"))
+
     async def handle(self, message: bytes, arrived_ns: int) -> bytes | None:
         text = message.decode("ascii", "replace")
         if not text.strip(" \r\n\t;"):
@@ -148,19 +171,25 @@ class Tl1Session(Session):
 
     async def dispatch(self, command: Tl1Command, arrived_ns: int) -> bytes:
         ctag = command.ctag or ("0" if self.allow_empty_ctag else "")
-        if not ctag or not ctag.replace(".", "").isalnum():
+        if not ctag or len(ctag) > MAX_CTAG or not ctag.replace(".", "").isalnum():
             return self.reply(ctag or "0", deny=Deny("IICT", "Invalid correlation tag"))
         if command.tid and command.tid.strip('"') != self.sid:
-            return self.reply(ctag, deny=Deny("IITA", f"Invalid target identifier {command.tid}"))
+            return self.reply(ctag, deny=Deny(
+                "IITA", f"Invalid target identifier {quoted(command.tid)}"))
         handler = self.verbs.get(command.verb)
         if handler is None:
-            return self.reply(ctag, deny=Deny("IICM", f"Invalid command {command.verb}"))
+            return self.reply(ctag, deny=Deny("IICM", f"Invalid command {quoted(command.verb)}"))
         if self.user is None and command.verb not in self.public_verbs:
             return self.reply(ctag, deny=Deny(self.not_logged_in_code, "Not logged in"))
         try:
             lines = await handler(command, arrived_ns)
         except Deny as deny:
             return self.reply(ctag, deny=deny)
+        except Exception as exc:
+            # Whatever a client sends, the session lives on: the command is refused like
+            # any other bad one, and the device's log says what went wrong.
+            log.warning("TL1 %s failed: %s: %s", command.verb[:32], type(exc).__name__, exc)
+            return self.reply(ctag, deny=Deny("SROF", "Requested operation failed"))
         return self.reply(ctag, lines)
 
     def reply(self, ctag: str, lines: list[str] | None = None, *,

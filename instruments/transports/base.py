@@ -46,6 +46,7 @@ class ReceiveBuffer:
         self._waiter: asyncio.Future[None] | None = None
         self._want_sep: bytes = b""
         self._want_count = 0
+        self._overflow = False
         self.fed_ns = 0
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
@@ -55,6 +56,12 @@ class ReceiveBuffer:
         transport knows (else now)."""
         self.fed_ns = time.monotonic_ns() if arrived_ns is None else arrived_ns
         self._data += data
+        if len(self._data) > 2 * BUFFER_LIMIT or (
+                len(self._data) > BUFFER_LIMIT and self._want_sep and not self._satisfied()):
+            # A device that talks on without ending its reply: what it sent is dropped,
+            # and the read waiting for it fails now instead of at its timeout.
+            self._data.clear()
+            self._overflow = True
         waiter = self._waiter
         if waiter is not None and not waiter.done() and self._satisfied():
             waiter.set_result(None)
@@ -67,12 +74,14 @@ class ReceiveBuffer:
             waiter.set_result(None)
 
     def _satisfied(self) -> bool:
+        if self._overflow:
+            return True
         if self._want_sep:
             return self._data.find(self._want_sep) >= 0
         return len(self._data) >= self._want_count
 
     def _closed_error(self) -> InstrumentClosed:
-        partial = bytes(self._data)
+        partial = bytes(self._data[:200])
         why = self._error or "closed the connection"
         return InstrumentClosed(f"{self.address} {why}"
                                 + (f" after sending {partial!r}" if partial else ""))
@@ -87,12 +96,19 @@ class ReceiveBuffer:
         finally:
             timer.cancel()
             self._waiter = None
+        self._raise_overflow()
         if not self._satisfied():
             if self._eof:
                 raise self._closed_error()
             raise InstrumentTimeout(f"no {what} within {timeout:g} s")
 
+    def _raise_overflow(self) -> None:
+        if self._overflow:
+            self._overflow = False
+            raise ProtocolError(f"{self.address}: reply longer than {BUFFER_LIMIT} bytes")
+
     async def read_until(self, separator: bytes, timeout: float) -> bytes:
+        self._raise_overflow()
         index = self._data.find(separator)
         if index < 0:
             if self._eof:
@@ -111,6 +127,10 @@ class ReceiveBuffer:
         return chunk
 
     async def read_exactly(self, count: int, timeout: float) -> bytes:
+        self._raise_overflow()
+        if count > BUFFER_LIMIT:
+            raise ProtocolError(f"{self.address}: a {count}-byte block is longer than "
+                                f"{BUFFER_LIMIT} bytes")
         if len(self._data) < count:
             if self._eof:
                 raise self._closed_error()
@@ -126,6 +146,7 @@ class ReceiveBuffer:
     def discard(self) -> bytes:
         stale = bytes(self._data)
         self._data.clear()
+        self._overflow = False
         return stale
 
 
