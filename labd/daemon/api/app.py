@@ -52,7 +52,10 @@ def create_app(services: Services) -> FastAPI:
         access = access.with_token(services.token)
     open_reads = settings.reads_open()
     # The edge's own: a route's role must be known before its body is read.
-    app.add_middleware(Edge, routes=app.router.routes, access=access,
+    # The routers' own routes (included without a prefix, so their paths are the app's):
+    # the app's own list holds the included routers, not their routes.
+    routes = [route for module in ROUTERS for route in module.router.routes]
+    app.add_middleware(Edge, routes=routes, access=access,
                        open_reads=open_reads, max_body=settings.max_body)
     app.openapi = lambda: _openapi(app, open_reads)  # type: ignore[method-assign]
     # Read once: the lab the daemon runs, even if the file is edited meanwhile.

@@ -130,7 +130,9 @@ class Edge:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await answer(send, 413, too_large(self.max_body))
+                # Kept open: a client still sending would lose this answer to the reset a
+                # close with unread data makes; the server drops the rest as it comes.
+                await answer(send, 413, too_large(self.max_body), close=False)
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -198,13 +200,15 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def answer(send: Send, status: int, detail: str,
-                 headers: dict[str, str] | None = None) -> None:
-    """A refusal as the API's errors look (``{"detail": ...}``); the connection closes, so
-    that a body not read is not read later either."""
+                 headers: dict[str, str] | None = None, *, close: bool = True) -> None:
+    """A refusal as the API's errors look (``{"detail": ...}``); ``close``: the connection
+    closes after it, so that a body not read is not read later either (a client sending a
+    large body should ask ``Expect: 100-continue``, and so hear the refusal before it
+    sends)."""
     content = json.dumps({"detail": detail}).encode()
     raw: list[tuple[bytes, bytes]] = [
         (b"content-type", b"application/json"), (b"content-length", b"%d" % len(content)),
-        (b"connection", b"close"),
+        *([(b"connection", b"close")] if close else []),
         *((k.encode(), v.encode()) for k, v in (headers or {}).items())]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": content})
