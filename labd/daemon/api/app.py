@@ -71,6 +71,18 @@ EDGE_RESPONSES = {
     "401": {"description": "no bearer token, or one that is not a key of the daemon's"},
     "403": {"description": "the key's role does not grant the route's (x-labd-role)"},
 }
+#: labd's errors (errors.py), where an operation may meet them: a thing the lab lacks, a
+#: clash, an instrument that failed or is offline.
+NOT_FOUND = {"404": {"description": "the path names something the lab does not have"}}
+DEVICE_RESPONSES = {
+    "502": {"description": "the instrument failed"},
+    "503": {"description": "the switch is offline (reconnecting); nothing was sent"},
+}
+CHANGE_RESPONSES = {
+    **NOT_FOUND, **DEVICE_RESPONSES,
+    "409": {"description": "it clashes with what is going on (a port in use, a job's "
+                           "state, a drill)"},
+}
 BODY_RESPONSES = {
     "413": {"description": "the body is larger than the daemon takes (--max-body)"},
     "415": {"description": "the body is not JSON in UTF-8 (Content-Type: application/json)"},
@@ -85,7 +97,7 @@ def _openapi(app: FastAPI, open_reads: bool) -> dict[str, Any]:
     schema = FastAPI.openapi(app)
     schema.setdefault("components", {})["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer"}}
-    for item in schema["paths"].values():
+    for path, item in schema["paths"].items():
         for method, operation in item.items():
             role = operation.setdefault("x-labd-role", "viewer")
             responses = operation.setdefault("responses", {})
@@ -93,8 +105,12 @@ def _openapi(app: FastAPI, open_reads: bool) -> dict[str, Any]:
                 operation["security"] = [{"bearer": []}]
                 for code, what in EDGE_RESPONSES.items():
                     responses.setdefault(code, {**what, **ERROR})
+            errors = dict(NOT_FOUND) if "{" in path else {}
+            if path.startswith("/v1/switches/"):
+                errors |= DEVICE_RESPONSES
             if method in ("post", "put", "patch"):
-                for code, what in BODY_RESPONSES.items():
-                    responses.setdefault(code, {**what, **ERROR})
+                errors |= CHANGE_RESPONSES | BODY_RESPONSES
+            for code, what in errors.items():
+                responses.setdefault(code, {**what, **ERROR})
     app.openapi_schema = schema
     return schema
