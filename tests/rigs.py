@@ -21,6 +21,9 @@ from labd.mqtt.credentials import BusSettings
 from tests.broker import require_broker
 from tests.labs import write_lab
 
+#: The admin token the tests give their rigs (``token="t"``), as a request's header.
+AUTH = {"Authorization": "Bearer t"}
+
 
 @contextlib.asynccontextmanager
 async def rig_on(tmp_path: Path, tag: str, *parts: str, mqtt: str | BusSettings | None = None,
