@@ -9,7 +9,10 @@ import hashlib
 import json
 import os
 import resource
+import signal
+import socket
 import stat
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from labd.emulation.rig import Rig
 from labd.errors import AccessError, DaemonError
 from labd.token import make_token_file, read_token_file
 from tests.commands.test_broker_config import certificates
-from tests.labs import switch
+from tests.labs import switch, write_lab
 from tests.rigs import StartRig, background_rig
 
 TOKEN = "edge-admin-token"
@@ -444,3 +447,71 @@ def test_any_access_data_is_taken_or_refused_with_a_message(data: dict[str, Any]
         assert str(exc).startswith("access file fuzz")
     else:
         assert access.keys and all(len(k.sha256) == 32 for k in access.keys)
+
+
+# -- labd run's options ----------------------------------------------------------------------
+async def labd(*args: str, env: dict[str, str] | None = None
+               ) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+
+
+async def test_labd_run_takes_keys_from_files_and_warns_of_plain_http_beyond_loopback(
+        tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "runopts", switch(switch_ms=1))
+    token_file, access_file = tmp_path / "token", tmp_path / "access.toml"
+    token_file.write_text("file-token-0123456789\n")
+    token_file.chmod(0o644)  # readable by others: said so
+    access_file.write_text(f'[[key]]\nrole = "viewer"\ntoken = "{VIEWER}"\n')
+    access_file.chmod(0o600)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = await labd("run", str(lab), "--db", str(tmp_path / "s.sqlite"), "--host",
+                      "0.0.0.0", "--port", str(port), "--token-file", str(token_file),
+                      "--access", str(access_file))
+    assert proc.stdout is not None
+    try:
+        printed = ""
+        async with asyncio.timeout(60):
+            while "emulators' control endpoint" not in printed:
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"labd run ended early: {printed}"
+                printed += line
+        assert "without TLS" in printed and "--tls-cert" in printed
+        assert f"{token_file} can be read by other users" in printed
+        assert "reads and changes need 'Authorization: Bearer <token>'" in printed
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert (await http.get("/v1/health", headers=bearer(VIEWER))).status_code == 200
+            assert (await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]},
+                                    headers=bearer(VIEWER))).status_code == 403
+            assert (await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]},
+                                    headers=bearer("file-token-0123456789"))
+                    ).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "Traceback" not in err.decode()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--token", "secret"), "No such option: --token"),
+    (("--access", "{dir}/nowhere.toml"), "access file {dir}/nowhere.toml"),
+    (("--access", "{dir}/bad.toml"), "role must be one of viewer, operator, admin"),
+    (("--token-file", "{dir}/nowhere"), "token file {dir}/nowhere"),
+    (("--tls-cert", "{dir}/bad.toml"), "both a certificate and its key"),
+    (("--tls-cert", "{dir}/bad.toml", "--tls-key", "{dir}/bad.toml"),
+     "cannot serve HTTPS with certificate"),
+])
+async def test_labd_run_refuses_settings_it_cannot_use(tmp_path: Path, args: tuple[str, ...],
+                                                       words: str) -> None:
+    _, lab = write_lab(tmp_path, "runbad", switch(switch_ms=1))
+    (tmp_path / "bad.toml").write_text('[[key]]\nrole = "root"\ntoken = "0123456789abcdef"\n')
+    proc = await labd("run", str(lab), "--db", str(tmp_path / "s.sqlite"), "--port", "0",
+                      *(a.format(dir=tmp_path) for a in args))
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    printed = " ".join((out + err).decode().split())  # rich wraps long lines
+    assert proc.returncode != 0
+    assert words.format(dir=tmp_path) in printed, printed
+    assert "Traceback" not in printed
