@@ -14,6 +14,7 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     ├── BusError               the MQTT broker or its settings cannot be used
     │   ├── PayloadError       a message too large, too deep or not JSON
     │   └── RefusedMessage     a message not signed by who it claims, or replayed
+    ├── AccessError            the API's access file, token file or TLS settings cannot be used
     ├── RequestError           a request that cannot be carried out as asked  (HTTP 422)
     │   ├── NotFound           it names something the lab does not have       (404)
     │   │   ├── UnknownSwitch
@@ -72,6 +73,11 @@ class PayloadError(BusError):
 class RefusedMessage(BusError):
     """A message from the bus is not signed by who it claims to come from, or is a replay;
     it changes nothing."""
+
+
+class AccessError(LabdError):
+    """The API's access settings (access file, token file, certificate) cannot be used; the
+    message names the file and what to fix."""
 
 
 # -- requests (the API answers each with a status: labd.daemon.api.errors) -------------------

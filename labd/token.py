@@ -1,12 +1,17 @@
-"""The daemon's bearer token: ``--token``, else ``$LABD_TOKEN``, else a file in the user's
-state folder (``$XDG_STATE_HOME/labd/token``), made on first use with mode 0600. The daemon
-requires it for every change; the CLI, the TUI and HTTP agents find it the same way."""
+"""The daemon's bearer token (its admin key): ``$LABD_TOKEN``, else a token file — one named
+(``--token-file``), or the one in the user's state folder (``$XDG_STATE_HOME/labd/token``),
+made on first use with mode 0600 from the start. Never a command-line value: argv is for
+every user of the machine to read (``ps``). The CLI, the TUI and HTTP agents find it the
+same way."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
+
+from labd.errors import AccessError
 
 
 def token_path() -> Path:
@@ -14,22 +19,53 @@ def token_path() -> Path:
     return Path(base) / "labd" / "token"
 
 
-def find_token(explicit: str | None) -> str | None:
-    """--token, else $LABD_TOKEN, else the token file if there is one."""
+def read_token_file(path: str | Path) -> str:
+    """The token a file holds (its first line); AccessError if it cannot be read or is
+    empty."""
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AccessError(f"token file {path}: {exc or type(exc).__name__}") from None
+    if not token or "\n" in token:
+        raise AccessError(f"token file {path} must hold the token alone, on one line")
+    return token
+
+
+def exposed(path: str | Path) -> bool:
+    """Whether a file can be read by users other than its owner."""
+    return bool(os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+
+
+def find_token(explicit: str | None = None, *, file: str | Path | None = None
+               ) -> str | None:
+    """``explicit`` (given in code, never from argv), else $LABD_TOKEN, else the token in
+    ``file``, else the token file if there is one."""
     if explicit or os.environ.get("LABD_TOKEN"):
         return explicit or os.environ["LABD_TOKEN"]
+    if file is not None:
+        return read_token_file(file)
     path = token_path()
-    return path.read_text().strip() if path.exists() else None
+    return read_token_file(path) if path.exists() else None
 
 
-def load_or_make_token(explicit: str | None) -> str:
-    """--token, else $LABD_TOKEN, else the token file (made on first use, mode 0600)."""
-    found = find_token(explicit)
+def load_or_make_token(explicit: str | None = None, *, file: str | Path | None = None
+                       ) -> str:
+    """As :func:`find_token`; without any, the token file, made now (mode 0600)."""
+    found = find_token(explicit, file=file)
     if found:
         return found
-    path = token_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    return make_token_file(token_path())
+
+
+def make_token_file(path: Path) -> str:
+    """A new token in a new file, readable by its owner alone from its first byte (created
+    0600, never widened then narrowed); if another process made it meanwhile, its token."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(24)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token_file(path)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
     return token

@@ -60,7 +60,8 @@ def until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 def healthy(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/v1/health", timeout=2).status_code == 200
+        return httpx.get(f"{url}/v1/health", timeout=2,
+                         headers={"Authorization": "Bearer t"}).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -91,12 +92,13 @@ def main(rate: float, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "labd", "run", "demo", "--db", f"{scratch}/s.sqlite",
-             "--port", str(port), "--token", "t"], stdout=subprocess.DEVNULL,
+             "--port", str(port)], env={**os.environ, "LABD_TOKEN": "t"},
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         try:
             until(lambda: daemon.poll() is None and healthy(url), 60, "labd run demo")
             subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
-                            f"exec {sys.executable} -m labd tui {url} --token t"], check=True)
+                            f"LABD_TOKEN=t exec {sys.executable} -m labd tui {url}"], check=True)
             ui = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F",
                                      "#{pane_pid}"], capture_output=True, text=True,
                                     check=True).stdout.split()[0])

@@ -21,6 +21,9 @@ from labd.mqtt.credentials import BusSettings
 from tests.broker import require_broker
 from tests.labs import write_lab
 
+#: The admin token the tests give their rigs (``token="t"``), as a request's header.
+AUTH = {"Authorization": "Bearer t"}
+
 
 @contextlib.asynccontextmanager
 async def rig_on(tmp_path: Path, tag: str, *parts: str, mqtt: str | BusSettings | None = None,
@@ -70,13 +73,16 @@ class Background:
 
 
 @contextlib.contextmanager
-def background_rig(tmp_path: Path, tag: str, body: str) -> Iterator[Background]:
+def background_rig(tmp_path: Path, tag: str, *parts: str, **options: Any
+                   ) -> Iterator[Background]:
+    """``rig_on`` served from a thread (the admin token ``t``); ``options`` are
+    emulated_rig's."""
     started = threading.Event()
     box: dict[str, Any] = {}
 
     async def serve() -> None:
         box["stop"] = asyncio.Event()
-        async with rig_on(tmp_path, tag, body, token="t") as rig:
+        async with rig_on(tmp_path, tag, *parts, token="t", **options) as rig:
             box["bg"] = Background(rig, asyncio.get_running_loop())
             started.set()
             await box["stop"].wait()

@@ -59,9 +59,10 @@ class LabApp(App[None]):
         Binding("5", "goto('events')", "Events", show=False),
     ]
 
-    def __init__(self, url: str, token: str | None = None) -> None:
+    def __init__(self, url: str, token: str | None = None, *, ca: str | None = None
+                 ) -> None:
         super().__init__()
-        self.client = DaemonClient(url, token)
+        self.client = DaemonClient(url, token, ca=ca)
         self.stale_since: float | None = None
         self.synced = asyncio.Event()
         """Set after each resync from a snapshot (tests wait on it)."""

@@ -40,9 +40,9 @@ def agent(
     daemon: Annotated[str | None, typer.Option(
         help="Where the lab has no broker: the daemon's URL (http://HOST:PORT); reports go "
              "to its API.")] = None,
-    token: Annotated[str | None, typer.Option(
-        help="With --daemon: the daemon's token (default: $LABD_TOKEN, else the token "
-             "file).")] = None,
+    token_file: Annotated[str | None, typer.Option(
+        help="With --daemon: a file holding the daemon's token, or a key of role "
+             "operator (default: $LABD_TOKEN, else the daemon's token file).")] = None,
     backend: Annotated[str, typer.Option(
         help="auto (NVML where a driver is present, else nvidia-smi), nvml, nvidia-smi, "
              "or emulated.")] = "auto",
@@ -87,7 +87,7 @@ def agent(
             raise fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
         bus = _bus(mqtt, mqtt_credentials, instance, host) if mqtt is not None else None
         runner = Agent(lab=lab, host=host, backend=chosen, mqtt=bus, daemon=daemon,
-                       token=_token(token) if daemon else None,
+                       token=_token(token_file) if daemon else None,
                        interval=interval, expected_gpus=gpus, jobs=commands,
                        nics=SysfsNics(interfaces) if interfaces else None)
     except LabdError as exc:
@@ -145,13 +145,13 @@ def _bus(url: str, credentials: str | None, instance: str | None, host: str) -> 
     return settings.for_host(host)
 
 
-def _token(explicit: str | None) -> str:
-    """--token, else $LABD_TOKEN, else the token file; the agent never makes one."""
+def _token(file: str | None) -> str:
+    """$LABD_TOKEN, else --token-file, else the token file; the agent never makes one."""
     from labd.token import find_token, token_path
 
-    found = find_token(explicit)
+    found = find_token(file=file)
     if found is None:
-        raise fail(f"--daemon needs the daemon's token: give --token, set $LABD_TOKEN, or "
-                    f"copy the daemon's token file to {token_path()}")
+        raise fail(f"--daemon needs the daemon's token: set $LABD_TOKEN, give --token-file, "
+                   f"or copy the daemon's token file to {token_path()}")
     return found
 

@@ -108,7 +108,8 @@ class HttpLink:
                                **kwargs)
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
-        await self._call("POST", kind, content=payload)
+        await self._call("POST", kind, content=payload,
+                         headers={"Content-Type": "application/json"})
 
     async def commands(self) -> AsyncIterator[bytes]:
         while True:

@@ -4,6 +4,7 @@ scripts use; docs/architecture.md) and the one way labd's HTTP clients read an a
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,10 +32,18 @@ async def call_json(http: httpx.AsyncClient, method: str, path: str,
 
 
 class DaemonClient:
-    def __init__(self, url: str, token: str | None = None) -> None:
+    """The daemon's API with one key (the token), sent on every request and on the event
+    stream; ``ca``: the certificate (or CA) to trust for an ``https://`` daemon whose
+    certificate the system does not know."""
+
+    def __init__(self, url: str, token: str | None = None, *, ca: str | None = None
+                 ) -> None:
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=5)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._ssl = ssl.create_default_context(cafile=ca) if self.url.startswith(
+            "https:") else None
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=5,
+                                       verify=self._ssl or True)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -56,7 +65,8 @@ class DaemonClient:
         """The snapshot, then every event, until the connection ends (DaemonError)."""
         ws_url = "ws" + self.url[len("http"):] + "/v1/events"
         try:
-            async with websockets.connect(ws_url, open_timeout=5) as socket:
+            async with websockets.connect(ws_url, open_timeout=5, ssl=self._ssl,
+                                          additional_headers=self._headers) as socket:
                 async for message in socket:
                     yield json.loads(message)
         except (OSError, websockets.WebSocketException) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,8 +19,22 @@ def run_daemon(
     = "labd.sqlite",
     host: Annotated[str, typer.Option(help="Address the API listens on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="API port.")] = 8470,
-    token: Annotated[str | None, typer.Option(
-        help="Bearer token for changes (default: $LABD_TOKEN, else a token file).")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        help="File holding the daemon's token, its admin key (default: $LABD_TOKEN, else "
+             "the token file in the user's state folder, made 0600 on first run).")] = None,
+    access: Annotated[Path | None, typer.Option(
+        help="Access file: the API's keys (tokens or their SHA-256) and each one's role, "
+             "viewer, operator or admin (docs/daemon.md).")] = None,
+    open_reads: Annotated[bool, typer.Option(
+        help="Let anyone read the API and the event stream without a key (changes still "
+             "need one).")] = False,
+    max_body: Annotated[int, typer.Option(
+        min=0, max=1 << 30, help="The largest request body the API reads, in bytes.")]
+    = 1 << 20,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="Serve the API over HTTPS with this certificate (PEM; with --tls-key).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        help="The certificate's private key (PEM).")] = None,
     restore: Annotated[bool, typer.Option(
         help="On start, put back the intended circuits if a switch differs "
              "(--no-restore only reports the drift).")] = True,
@@ -37,23 +52,34 @@ def run_daemon(
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process."""
+    from labd.daemon.access import Access, ApiSettings, beyond_loopback
     from labd.emulation.rig import emulated_rig
     from labd.errors import LabdError
     from labd.mqtt.credentials import BusSettings
-    from labd.token import token_path
+    from labd.token import exposed, read_token_file, token_path
 
     loaded = load(lab)
     try:
         bus = BusSettings.load(mqtt, mqtt_credentials, instance) if mqtt else None
+        token = read_token_file(token_file) if token_file else None
+        api = ApiSettings(access=Access.load(access) if access else None,
+                          open_reads=open_reads, max_body=max_body,
+                          tls_cert=str(tls_cert) if tls_cert else None,
+                          tls_key=str(tls_key) if tls_key else None)
     except LabdError as exc:
         raise fail(str(exc)) from None
+    warnings = [f"{path} can be read by other users: chmod 600 {path}"
+                for path in (token_file, access) if path is not None and exposed(path)]
+    if beyond_loopback(host) and not api.tls:
+        warnings.append(f"the API listens on {host} without TLS: its keys and every answer "
+                        "cross the network in clear; give --tls-cert and --tls-key")
     played = {h.id for h in loaded.host if h.emulate}
     unkeyed = [h.id for h in loaded.host if h.id not in played and (
         bus is None or h.id not in bus.credentials.hosts)]
 
     async def serve(stop: asyncio.Event) -> None:
         async with emulated_rig(loaded, db=db, mqtt=bus, host=host, port=port, token=token,
-                                restore=restore, tidy=False) as rig:
+                                api=api, restore=restore, tidy=False) as rig:
             daemon, report, hosts = rig.daemon, rig.report, rig.hosts
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
                           f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), store {db}")
@@ -66,9 +92,18 @@ def run_daemon(
                 action = "restored" if name in report.restored else "reported"
                 console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
                               f"missing, {len(drift.unexpected)} unexpected ({action})")
-            where = "--token" if token else ("$LABD_TOKEN" if os.environ.get("LABD_TOKEN")
-                                             else str(token_path()))
-            console.print(f"  changes need 'Authorization: Bearer <token>' (token: {where})")
+            if token_file is not None:
+                where = f"admin: {token_file}"
+            elif access is not None:
+                where = "no token file: the access file's keys only"
+            else:
+                where = "admin: " + ("$LABD_TOKEN" if os.environ.get("LABD_TOKEN")
+                                     else str(token_path()))
+            reads = "changes" if api.reads_open() else "reads and changes"
+            keys = f", keys: {access}" if access is not None else ""
+            console.print(f"  {reads} need 'Authorization: Bearer <token>' ({where}{keys})")
+            for warning in warnings:
+                console.print(f"  [yellow]warning[/]: {warning}")
             if bus is not None and unkeyed:
                 console.print(f"  [yellow]warning[/]: no MQTT key for host(s) "
                               f"{', '.join(unkeyed)}: their messages will be refused; give "

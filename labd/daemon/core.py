@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from instruments.events import Drift, InstrumentEvent
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
+from labd.daemon.access import ApiSettings
 from labd.daemon.services import Drills, Services
 from labd.errors import BusError
 from labd.events import EventHub
@@ -60,7 +62,8 @@ class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
                  restore: bool = True, light_window_s: float | None = None,
-                 mqtt: str | BusSettings | None = None) -> None:
+                 mqtt: str | BusSettings | None = None, api: ApiSettings | None = None
+                 ) -> None:
         self.lab = lab
         self.host, self.port = host, port
         self._token = token
@@ -87,7 +90,8 @@ class Daemon:
         self.services = Services(
             lab=lab, engine=self.engine, hosts=self.hosts, jobs=self.jobs, hub=self.hub,
             store=self.store, token=token or "", commands=self.commands,
-            snapshot=self.snapshot, instruments_state=self.instruments_state)
+            snapshot=self.snapshot, instruments_state=self.instruments_state,
+            api=api or ApiSettings())
         self.bus: MqttBridge | None = None
         if mqtt:
             from labd.daemon.bus import MqttBridge  # aiomqtt only for a lab with a broker
@@ -104,8 +108,9 @@ class Daemon:
 
     @property
     def token(self) -> str:
-        """The bearer token every change needs: ``token``, else found (or made) at start-up
-        (labd.token)."""
+        """The daemon's own key, admin: ``token``, else found (or made) at start-up
+        (labd.token); with an access file and no ``token``, one made for this run only,
+        for the daemon's in-process clients."""
         return self.services.token
 
     @property
@@ -176,7 +181,9 @@ class Daemon:
             raise RuntimeError("the daemon is already running")
         self._running = True
         try:
-            self.services.token = load_or_make_token(self._token)
+            self.services.token = (
+                secrets.token_urlsafe(32) if self._token is None and
+                self.services.api.access is not None else load_or_make_token(self._token))
             await self.store.open()
             self.report = await self._open_instruments()
             await self._reconcile(self.report)
@@ -241,9 +248,11 @@ class Daemon:
             sock.close()
             raise
         host, port = sock.getsockname()[:2]
-        self.url = f"http://{host}:{port}"
+        api = self.services.api
+        self.url = f"{'https' if api.tls else 'http'}://{host}:{port}"
         config = uvicorn.Config(create_app(self.services), log_level="warning",
-                                lifespan="off")
+                                lifespan="off", ssl_certfile=api.tls_cert,
+                                ssl_keyfile=api.tls_key)
         return _Server(config), sock
 
     async def _stop(self, error: BaseException | None) -> None:

@@ -6,9 +6,10 @@ lifecycle). Routes read it from ``app.state.services`` (``labd.daemon.api.deps``
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from labd.daemon.access import ApiSettings
 from labd.events import EventHub
 from labd.fabric.engine import Engine
 from labd.hosts.jobs import JobManager
@@ -35,13 +36,16 @@ class Services:
     hub: EventHub
     store: Store
     token: str
-    """The bearer token every change must carry."""
+    """The daemon's own key (admin): its token file's, or, with an access file, one made
+    for its in-process clients (emulated hosts, drills)."""
     commands: CommandQueues
     """Job commands for agents that poll the API (the lab has no broker)."""
     snapshot: Callable[[], dict[str, Any]]
     """The whole picture, as a WebSocket or MQTT session starts with it."""
     instruments_state: Callable[[], list[dict[str, Any]]]
     """Each instrument's driver, connection state and identity, in lab-file order."""
+    api: ApiSettings = field(default_factory=ApiSettings)
+    """Who may do what (roles, keys, open reads), the body limit, TLS."""
     drills: Drills | None = None
     """Set after start-up by whoever runs the lab's GPU hosts in emulation (drills need
     them); None: the API refuses drills."""

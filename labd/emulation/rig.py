@@ -17,6 +17,7 @@ import aiomqtt
 
 from emulators.lab import EmulatedLab
 from labd.client.control import Backdoor, spawn_emulators
+from labd.daemon.access import ApiSettings
 from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import DrillService
 from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
@@ -68,8 +69,9 @@ def rig_bus(lab: Lab, mqtt: str | BusSettings) -> BusSettings:
 @contextlib.asynccontextmanager
 async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = None,
                        host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                       restore: bool = True, light_window_s: float | None = None,
-                       apart: bool = False, hosts: bool = True, tidy: bool = True
+                       api: ApiSettings | None = None, restore: bool = True,
+                       light_window_s: float | None = None, apart: bool = False,
+                       hosts: bool = True, tidy: bool = True
                        ) -> AsyncIterator[Rig]:
     """Start the lab's emulators, a daemon on them, then its emulated GPU hosts; on leaving,
     stop them all (and clear the retained MQTT status the hosts and the daemon leave).
@@ -81,6 +83,8 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
     their own, as hardware would: the daemon's timings are then not shared with the devices'
     work on one event loop (no hosts are played then). Failover drills through the API
     (``POST /v1/drills/failover``) are offered wherever hosts are played.
+    ``token`` is the daemon's admin key, ``api`` its keys and roles, body limit and TLS
+    (labd.daemon.access); the emulated hosts use the daemon's own key.
     Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
     daemon's last word (``offline``) is for the lab's subscribers.
@@ -110,7 +114,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
             stack.push_async_callback(tidy_up)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
-            restore=restore, light_window_s=light_window_s, mqtt=bus))
+            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api))
         started = True
         rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated, bus=bus)
         if emulated is not None and hosts:

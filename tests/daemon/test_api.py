@@ -33,9 +33,11 @@ ROUTES = {
     ("GET", "/v1/reconfigurations"), ("GET", "/v1/reconfigurations/{reconfiguration}/traces"),
     ("GET", "/v1/reconfigurations/stats"),
 }
-#: The routes that change something, and so need the bearer token.
-GUARDED = {(m, p) for m, p in ROUTES if m in ("POST", "PUT")} | {
-    ("GET", "/v1/agents/{host}/commands")}
+#: The routes that change something, and the role each needs; every other one is a read
+#: (viewer).
+OPERATOR = {(m, p) for m, p in ROUTES if m in ("POST", "PUT") and p.startswith(
+    ("/v1/switches", "/v1/circuits", "/v1/agents"))} | {("GET", "/v1/agents/{host}/commands")}
+ADMIN = {(m, p) for m, p in ROUTES if m == "POST" and p.startswith(("/v1/jobs", "/v1/drills"))}
 
 
 def test_the_route_table(tmp_path: Path) -> None:
@@ -46,9 +48,12 @@ def test_the_route_table(tmp_path: Path) -> None:
     operations = {(method.upper(), p): op for p, item in schema["paths"].items()
                   for method, op in item.items()}
     assert set(operations) == ROUTES
-    guarded = {key for key, op in operations.items()
-               if any(p["name"] == "authorization" for p in op.get("parameters", []))}
-    assert guarded == GUARDED
+    roles = {key: op["x-labd-role"] for key, op in operations.items()}
+    assert {key for key, role in roles.items() if role == "operator"} == OPERATOR
+    assert {key for key, role in roles.items() if role == "admin"} == ADMIN
+    assert all(op["security"] == [{"bearer": []}] and {"401", "403"} <= set(op["responses"])
+               for op in operations.values())
+    assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert "202" in operations["POST", "/v1/drills/failover"]["responses"]
     assert "202" in operations["POST", "/v1/agents/{host}/{kind}"]["responses"]
 

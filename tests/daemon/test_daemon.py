@@ -124,7 +124,7 @@ async def test_api_reconfigures_and_the_record_agrees_with_ground_truth(running:
 async def test_events_arrive_on_the_websocket(running: Running) -> None:
     daemon, _ = running
     ws_url = daemon.url.replace("http://", "ws://") + "/v1/events"
-    async with websockets.connect(ws_url) as ws:
+    async with websockets.connect(ws_url, additional_headers=AUTH) as ws:
         snapshot = json.loads(await asyncio.wait_for(ws.recv(), 5))
         assert snapshot["kind"] == "snapshot" and {i["id"] for i in snapshot["instruments"]} \
             == {"ocs1", "ocs2", "pm1"}
@@ -154,7 +154,8 @@ async def test_bad_requests_are_refused_and_change_nothing(running: Running) -> 
              "no switch 'nope'"),
             (http.post("/v1/switches/ocs1/connections", json={"pairs": "1-9"}), 422, "pairs"),
             (http.post("/v1/switches/ocs1/connections", json={"pair": [[1, 9]]}), 422, "pair"),
-            (http.post("/v1/switches/ocs1/connections", content=b"{not json"), 422, ""),
+            (http.post("/v1/switches/ocs1/connections", content=b"{not json",
+                       headers={"Content-Type": "application/json"}), 422, ""),
             (http.post("/v1/switches/ocs1/connections", json={"pairs": [[2, 10]]},
                        headers={"Authorization": "Bearer wrong"}), 401, "bearer token"),
             (http.post("/v1/circuits", json={"from": "a", "to": "zzz"}), 404, "no path from"),
@@ -306,7 +307,7 @@ async def test_api_connections_send_small_writes_at_once(running: Running) -> No
     import socket
 
     daemon, _ = running
-    async with httpx.AsyncClient(base_url=daemon.url) as http:
+    async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
         assert (await http.get("/v1/health")).status_code == 200
         server = daemon._server
         assert server is not None

@@ -4,6 +4,7 @@ back. The emulators run in their own process (labd emulate), as in hardware-in-t
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import sys
@@ -18,16 +19,18 @@ from tests import labs
 from tests.broker import require_broker
 
 TOKEN = "kill-test"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 async def start(*args: str) -> asyncio.subprocess.Process:
+    """``labd ARGS``, its token from the environment (never argv)."""
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "labd", *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "LABD_TOKEN": TOKEN})
 
 
 async def wait_http(url: str) -> None:
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http:
         for _ in range(200):
             try:
                 if (await http.get(url + "/v1/health")).status_code == 200:
@@ -54,7 +57,7 @@ async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    args = ("run", str(resolved), "--db", str(db), "--port", str(port), "--token", TOKEN)
+    args = ("run", str(resolved), "--db", str(db), "--port", str(port))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     daemon = await start(*args)
     acknowledged: list[int] = []
@@ -97,7 +100,7 @@ async def test_sigkill_loses_no_acknowledged_reconfiguration(tmp_path: Path) -> 
             restarted = await start(*args)
             try:
                 await wait_http(url)
-                state = (await http.get(f"{url}/v1/switches/ocs1")).json()
+                state = (await http.get(f"{url}/v1/switches/ocs1", headers=auth)).json()
                 truth = (await http.get(f"{control}/v1/emulators/ocs1/truth")).json()
             finally:
                 restarted.send_signal(signal.SIGINT)
@@ -136,13 +139,14 @@ async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Pa
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     daemon = await start("run", str(resolved), "--db", str(tmp_path / "store.sqlite"),
-                         "--port", str(port), "--token", TOKEN, "--mqtt",
+                         "--port", str(port), "--mqtt",
                          "mqtt://127.0.0.1:1883")
     try:
         await wait_http(url)
         async with aiomqtt.Client("127.0.0.1", 1883) as mqtt:
             await mqtt.subscribe(f"labd/{name}/events/reconfiguration")
-            async with websockets.connect(url.replace("http", "ws") + "/v1/events") as ws:
+            async with websockets.connect(url.replace("http", "ws") + "/v1/events",
+                                          additional_headers=AUTH) as ws:
                 snapshot = json.loads(await asyncio.wait_for(ws.recv(), 10))
                 assert snapshot["kind"] == "snapshot"
                 async with httpx.AsyncClient(

@@ -17,6 +17,7 @@ from labd.lab.file import Lab, load_lab
 from tests.labs import instrument, write_lab
 
 TOKEN = "life-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -48,9 +49,10 @@ async def test_the_block_serves_and_leaving_it_stops_everything_in_order(
     assert daemon.url == "" and daemon.report.failed == {}  # nothing done yet
     async with daemon:
         assert set(daemon.report.failed) == {"gone"}
-        async with httpx.AsyncClient(base_url=daemon.url) as http:
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
             assert (await http.get("/v1/health")).json()["lab"] == "life"
-        ws = await websockets.connect(daemon.url.replace("http://", "ws://") + "/v1/events")
+        ws = await websockets.connect(daemon.url.replace("http://", "ws://") + "/v1/events",
+                                      additional_headers=AUTH)
         assert "snapshot" in await asyncio.wait_for(ws.recv(), 5)
     # The event stream was closed before the server exited, so the client was told why
     # (and the server did not have to wait for it), after the events it had not read (the

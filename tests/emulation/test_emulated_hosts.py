@@ -17,7 +17,7 @@ from labd.mqtt.envelope import new_key
 from labd.mqtt.topics import new_instance
 from tests.broker import MQTT, require_broker
 from tests.labs import endpoint, fiber, host, switch, write_lab
-from tests.rigs import StartRig, next_event
+from tests.rigs import AUTH, StartRig, next_event
 
 
 async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ async def test_emulated_hosts_fail_and_die_on_command(tmp_path: Path) -> None:
                     await http.post("/v1/hosts/h1/kill")
                     lost = await next_event(sub, "host.lost")
                     assert (lost.data["host"], lost.data["status"]) == ("h1", "lost")
-                async with httpx.AsyncClient(base_url=daemon.url) as api:
+                async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
                     hosts = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
                 assert hosts["h0"]["status"] == "online" and hosts["h1"]["status"] == "lost"
                 assert [g["health"] for g in hosts["h0"]["gpus"]] == [
@@ -114,7 +114,7 @@ async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
                 await ctl.post("/v1/hosts/h1/nics/h1.nic0", json={"up": False})
             down = await next_event(sub, "nic.link")
             assert (down.data["nic"], down.data["up"]) == ("h1.nic0", False)
-            async with httpx.AsyncClient(base_url=daemon.url) as api:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
                 state = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
             assert state["h1"]["nics"] == {"h1.nic0": False}
         finally:

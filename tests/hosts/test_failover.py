@@ -24,7 +24,7 @@ from labd.store.models import FailoverTimeline, JobPool
 from labd.store.store import Store
 from tests.broker import BROKER, MQTT
 from tests.labs import ring_lab
-from tests.rigs import StartRig
+from tests.rigs import AUTH, StartRig
 
 
 def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
@@ -129,7 +129,7 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
         assert next(h for h in rig.hosts if h.id == "h1").agent.jobs.running["ring4"] == []
 
         # Kept: the store (through the API), MQTT, and what a restarted daemon reloads.
-        async with httpx.AsyncClient(base_url=daemon.url) as api:
+        async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
             rows = (await api.get("/v1/failovers", params={"job": "ring4"})).json()
             assert [(r["id"], r["outcome"]) for r in rows] == [(timeline["id"], "recovered")]
             assert rows[0]["stages"] == stages and rows[0]["plan"]["spare"] == "s0.nic0"
@@ -168,7 +168,7 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
 
 @bounded(50)
 async def test_a_failure_during_recovery_then_no_spare_left(start_rig: StartRig) -> None:
-    async with start_rig("fo2", ring_lab(), mqtt=MQTT) as rig:
+    async with start_rig("fo2", ring_lab(), mqtt=MQTT, token="t") as rig:
         await running(rig)
         daemon = rig.daemon
         seen: list[dict[str, Any]] = []
@@ -198,7 +198,7 @@ async def test_a_failure_during_recovery_then_no_spare_left(start_rig: StartRig)
             assert state.status == "degraded" and state.epoch == epoch
             assert daemon.engine.intended["ocs1"] == intended
             assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
-            async with httpx.AsyncClient(base_url=daemon.url) as api:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
                 rows = (await api.get("/v1/failovers")).json()
             assert [r["outcome"] for r in rows] == ["no-spare", "recovered", "recovered"]
         finally:
@@ -305,7 +305,7 @@ async def test_without_a_broker_agents_report_over_http(start_rig: StartRig) -> 
         assert result.timeline["plan"]["spare"] == "s1.nic0"  # h2's rack
         assert daemon.jobs.job("ring4").members[2] == "s1.nic0"
         async with httpx.AsyncClient(base_url=daemon.url) as api:
-            auth = {"Authorization": "Bearer t"}
+            auth = {**AUTH, "Content-Type": "application/json"}  # as agents send
             r = await api.post("/v1/agents/h0/heartbeat", content=b"{}")
             assert r.status_code == 401
             r = await api.post("/v1/agents/h0/heartbeat", content=b"{not json", headers=auth)

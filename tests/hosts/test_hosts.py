@@ -16,7 +16,7 @@ from labd.mqtt.topics import new_instance
 from tests.broker import MQTT, require_broker
 from tests.daemon.test_bus import CuttableProxy
 from tests.labs import endpoint, host, unique_name
-from tests.rigs import StartRig, next_event
+from tests.rigs import AUTH, StartRig, next_event
 
 
 class HangingBackend(EmulatedBackend):
@@ -63,7 +63,7 @@ async def test_agents_health_failures_and_lost_hosts(start_rig: StartRig) -> Non
                 while len(first) < 8:
                     event = await next_event(sub, "gpu.health")
                     first.add((event.data["host"], event.data["gpu"]))
-                async with httpx.AsyncClient(base_url=daemon.url) as http:
+                async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
                     hosts = {h["id"]: h for h in (await http.get("/v1/hosts")).json()}
                 assert hosts["a"]["status"] == "online"
                 assert [g["health"] for g in hosts["a"]["gpus"]] == ["healthy"] * 4

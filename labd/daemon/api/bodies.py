@@ -1,11 +1,19 @@
 """The bodies the API accepts, as pydantic models: an unknown field is refused (422), so a
-misspelt option is never silently ignored."""
+misspelt option is never silently ignored; and nothing is coerced: a port is a JSON integer
+(not ``"17"``, not ``true``), a flag a JSON boolean, every integer bounded."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+#: The largest integer the API takes anywhere (the store's 64-bit columns): beyond it, 422.
+MAX_INT = 2**63 - 1
+#: A port as a JSON integer; the switch's size is checked by the engine (404 beyond it).
+Port = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
+#: A non-empty change: an empty one would be recorded as a change that did nothing.
+MAX_PAIRS = 100_000
 
 #: Why a change was asked for, as the store records it (recovery is the daemon's own).
 Cause = Literal["api", "measurement", "schedule"]
@@ -16,16 +24,22 @@ class Body(BaseModel):
 
 
 class ChangeBody(Body):
-    verify_light: bool = True
+    verify_light: StrictBool = True
     cause: Cause = Field("api", description="recorded with the reconfiguration")
 
 
 class PairsBody(ChangeBody):
-    pairs: list[tuple[int, int]] = Field(description="[[a, b], ...] port pairs")
+    pairs: list[tuple[Port, Port]] = Field(min_length=1, max_length=MAX_PAIRS,
+                                           description="[[a, b], ...] port pairs")
+
+
+class MapBody(ChangeBody):
+    pairs: list[tuple[Port, Port]] = Field(max_length=MAX_PAIRS, description=(
+        "[[a, b], ...] port pairs: the switch's whole map (empty: no circuits)"))
 
 
 class PortsBody(ChangeBody):
-    ports: list[int] = Field(min_length=1)
+    ports: list[Port] = Field(min_length=1, max_length=MAX_PAIRS)
 
 
 class SpareBody(Body):
@@ -33,7 +47,7 @@ class SpareBody(Body):
 
 
 class DecisionBody(Body):
-    approve: bool
+    approve: StrictBool
 
 
 class CircuitBody(ChangeBody):

@@ -1,14 +1,15 @@
 """What routes depend on: the daemon's services, read from the app's state (HTTP and
-WebSocket alike), and, for every change, the bearer token."""
+WebSocket alike); and what each route needs of the caller's key (checked at the edge, before
+the route is called)."""
 
 from __future__ import annotations
 
-import secrets
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException
+from fastapi import Depends
 from starlette.requests import HTTPConnection
 
+from labd.daemon.access import Role
 from labd.daemon.services import Services
 
 
@@ -28,14 +29,13 @@ def lab_sha256(connection: HTTPConnection) -> str:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def authorised(connection: HTTPConnection,
-                     authorization: Annotated[str | None, Header()] = None) -> None:
-    # The token from the state itself, not through get_services: every change passes here.
-    expected = f"Bearer {connection.app.state.services.token}"
-    if authorization is None or not secrets.compare_digest(authorization, expected):
-        raise HTTPException(401, "a bearer token is required for changes: send "
-                                 "'Authorization: Bearer <token>' (see labd run's report)")
+def needs(role: Role) -> dict[str, Any]:
+    """A route decorator's arguments for a route that needs ``role``: the edge (edge.py)
+    checks it before the body is read, and the OpenAPI tells it as ``x-labd-role``."""
+    return {"openapi_extra": {"x-labd-role": role}}
 
 
-#: For the ``dependencies`` of every route that changes something.
-AUTHORISED = [Depends(authorised)]
+#: Changes to switches and circuits; agents' messages and command polls.
+OPERATOR = needs("operator")
+#: Jobs, spares, recoveries' decisions and drills.
+ADMIN = needs("admin")

@@ -8,12 +8,12 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from labd.daemon.api.bodies import DrillBody
-from labd.daemon.api.deps import AUTHORISED, ServicesDep
+from labd.daemon.api.deps import ADMIN, ServicesDep
 
 router = APIRouter()
 
 
-@router.post("/v1/drills/failover", dependencies=AUTHORISED, status_code=202)
+@router.post("/v1/drills/failover", **ADMIN, status_code=202)
 async def drill(body: DrillBody, services: ServicesDep) -> dict[str, Any]:
     """Start a failover drill (emulated GPU hosts only): fail a member, let the daemon
     recover the job, then repair the member and return it as a spare. Follow it by the

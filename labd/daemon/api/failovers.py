@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 from sqlalchemy.orm import Session
 
+from labd.daemon.api.bodies import MAX_INT
 from labd.daemon.api.deps import ServicesDep
 from labd.daemon.api.shapes import failover_dict
 from labd.store import queries
@@ -24,7 +25,8 @@ async def failovers(services: ServicesDep, job: str | None = None,
 
 
 @router.get("/v1/failovers/{failover}")
-async def failover(failover: int, services: ServicesDep) -> dict[str, Any]:
+async def failover(failover: Annotated[int, Path(ge=0, le=MAX_INT)],
+                   services: ServicesDep) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any] | None:
         row = queries.failover(session, failover)
         return None if row is None else failover_dict(row)

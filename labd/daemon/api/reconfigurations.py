@@ -9,8 +9,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
+from labd.daemon.api.bodies import MAX_INT
 from labd.daemon.api.deps import ServicesDep
 from labd.daemon.api.shapes import phases_dict, reconfiguration_dict, trace_dict
 from labd.store import queries
@@ -46,8 +47,8 @@ def span_stats(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 async def reconfigurations(
     services: ServicesDep,
     switch: str | None = None, cause: str | None = None,
-    since_ns: Annotated[int | None, Query(ge=0)] = None,
-    until_ns: Annotated[int | None, Query(ge=0)] = None,
+    since_ns: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
+    until_ns: Annotated[int | None, Query(ge=0, le=MAX_INT)] = None,
     since: Annotated[datetime | None, Query(
         description="wall-clock time, ISO 8601 (UTC if no zone)")] = None,
     until: Annotated[datetime | None, Query()] = None,
@@ -61,7 +62,8 @@ async def reconfigurations(
 
 
 @router.get("/v1/reconfigurations/{reconfiguration}/traces")
-async def traces(reconfiguration: int, services: ServicesDep) -> list[dict[str, Any]]:
+async def traces(reconfiguration: Annotated[int, Path(ge=0, le=MAX_INT)],
+                 services: ServicesDep) -> list[dict[str, Any]]:
     """The power traces light verification logged for one reconfiguration (dBm)."""
     return await services.store.read(lambda session: [
         trace_dict(t) for t in queries.power_traces(session, reconfiguration)])

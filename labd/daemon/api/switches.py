@@ -10,8 +10,8 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from instruments.errors import NotSupported
-from labd.daemon.api.bodies import CircuitBody, PairsBody, PortsBody
-from labd.daemon.api.deps import AUTHORISED, ServicesDep
+from labd.daemon.api.bodies import CircuitBody, MapBody, PairsBody, PortsBody
+from labd.daemon.api.deps import OPERATOR, ServicesDep
 from labd.daemon.api.shapes import route_dict
 from labd.fabric.engine import Engine
 from labd.lab.wiring import circuits
@@ -64,7 +64,7 @@ def engine_of(request: Request) -> Engine:
 
 # Reconfigurations answer with a plain JSONResponse: the result is already JSON-shaped, and
 # re-validating it would cost a measurable part of the request's latency.
-@router.post("/v1/switches/{switch}/connections", dependencies=AUTHORISED,
+@router.post("/v1/switches/{switch}/connections", **OPERATOR,
              response_class=JSONResponse)
 async def connect(switch: str, body: PairsBody, request: Request) -> JSONResponse:
     result = await engine_of(request).reconfigure(switch, connect=body.pairs, cause=body.cause,
@@ -72,16 +72,16 @@ async def connect(switch: str, body: PairsBody, request: Request) -> JSONRespons
     return JSONResponse(result.as_dict())
 
 
-@router.put("/v1/switches/{switch}/connections", dependencies=AUTHORISED,
+@router.put("/v1/switches/{switch}/connections", **OPERATOR,
             response_class=JSONResponse)
-async def replace(switch: str, body: PairsBody, request: Request) -> JSONResponse:
+async def replace(switch: str, body: MapBody, request: Request) -> JSONResponse:
     result = await engine_of(request).reconfigure(switch, replace=dict(body.pairs),
                                                cause=body.cause,
                                                verify_light=body.verify_light)
     return JSONResponse(result.as_dict())
 
 
-@router.post("/v1/switches/{switch}/disconnect", dependencies=AUTHORISED,
+@router.post("/v1/switches/{switch}/disconnect", **OPERATOR,
              response_class=JSONResponse)
 async def disconnect(switch: str, body: PortsBody, request: Request) -> JSONResponse:
     result = await engine_of(request).reconfigure(switch, disconnect=body.ports,
@@ -97,7 +97,7 @@ async def circuits_now(services: ServicesDep) -> list[dict[str, Any]]:
     return [route_dict(r) for r in circuits(services.lab, services.engine.intended)]
 
 
-@router.post("/v1/circuits", dependencies=AUTHORISED)
+@router.post("/v1/circuits", **OPERATOR)
 async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """An end-to-end circuit between two endpoints, over as many switches as it takes."""
     routes, results = await services.engine.connect_endpoints(
@@ -106,7 +106,7 @@ async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
         r.as_dict() for r in results]}
 
 
-@router.post("/v1/circuits/disconnect", dependencies=AUTHORISED)
+@router.post("/v1/circuits/disconnect", **OPERATOR)
 async def uncircuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """Take down the circuit between two endpoints, on every switch it crosses."""
     route, results = await services.engine.disconnect_endpoints(

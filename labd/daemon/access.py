@@ -1,0 +1,185 @@
+"""Who may do what through the API: three roles, each granting the one below it (``admin``
+⊇ ``operator`` ⊇ ``viewer``), and the keys that carry them — the daemon's one token
+(admin), or an access file of tokens and SHA-256 digests of tokens, each with its role:
+
+.. code-block:: toml
+
+    open_reads = false          # true: reads and the event stream need no token
+
+    [[key]]
+    name = "dashboard"          # named in the daemon's log, never the token
+    role = "viewer"
+    sha256 = "9f86d081884c7d65..."   # hex digest of the token (sha256sum of it, no newline)
+
+    [[key]]
+    name = "ci"
+    role = "operator"
+    token = "..."               # the token itself (keep the file 0600)
+
+No web framework here: the daemon's settings are built from this before any server is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import ssl
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from labd.errors import AccessError
+
+Role = Literal["viewer", "operator", "admin"]
+ROLES: tuple[Role, ...] = get_args(Role)
+"""Lowest first: each role may do what the ones before it may."""
+
+#: The body a request may carry, unless the settings say otherwise.
+DEFAULT_MAX_BODY = 1 << 20
+
+
+def grants(held: Role, needed: Role) -> bool:
+    """Whether a key of role ``held`` may do what needs ``needed``."""
+    return ROLES.index(held) >= ROLES.index(needed)
+
+
+def digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    role: Role
+    sha256: bytes
+    """The SHA-256 of the token: only digests are compared, each in constant time."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """The keys the API takes, and whether reads need one."""
+
+    keys: tuple[Key, ...] = ()
+    open_reads: bool = False
+
+    def role_of(self, token: str | None) -> Role | None:
+        """The highest role a token holds; None for no token or an unknown one. Every key
+        is compared (no early exit), so the time taken says nothing of which matched."""
+        if not token:
+            return None
+        presented = digest(token)
+        found: Role | None = None
+        for key in self.keys:
+            if hmac.compare_digest(presented, key.sha256) and (
+                    found is None or grants(key.role, found)):
+                found = key.role
+        return found
+
+    def with_token(self, token: str, role: Role = "admin", name: str = "daemon") -> Access:
+        """These keys and one more (the daemon's own token, for its in-process clients)."""
+        return replace(self, keys=(*self.keys, Key(name, role, digest(token))))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Access:
+        """An access file (module docstring); AccessError naming the file and the key."""
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise AccessError(f"access file {path}: {exc or type(exc).__name__}; see "
+                              "docs/daemon.md (Access) for its format") from None
+        return cls.parse(data, str(path))
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], where: str) -> Access:
+        unknown = set(data) - {"open_reads", "key"}
+        if unknown:
+            raise AccessError(f"access file {where}: unknown setting(s) "
+                              f"{', '.join(sorted(unknown))}; expected open_reads and "
+                              "[[key]] tables")
+        open_reads = data.get("open_reads", False)
+        if not isinstance(open_reads, bool):
+            raise AccessError(f"access file {where}: open_reads must be true or false")
+        entries = data.get("key", [])
+        if not isinstance(entries, list) or not entries:
+            raise AccessError(f"access file {where}: no [[key]] tables; give each key a "
+                              "role and a token or a sha256")
+        return cls(tuple(_key(entry, i, where) for i, entry in enumerate(entries, 1)),
+                   open_reads)
+
+
+def _key(entry: Any, number: int, where: str) -> Key:
+    if not isinstance(entry, dict):
+        raise AccessError(f"access file {where}: key {number} is not a table")
+    name = entry.get("name", f"key {number}")
+    at = f"access file {where}, key {name!r}"
+    unknown = set(entry) - {"name", "role", "token", "sha256"}
+    if unknown:
+        raise AccessError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}; expected "
+                          "name, role, and token or sha256")
+    if not isinstance(name, str):
+        raise AccessError(f"{at}: name must be a string")
+    role = entry.get("role")
+    if role not in ROLES:
+        raise AccessError(f"{at}: role must be one of {', '.join(ROLES)}, not {role!r}")
+    token, hexdigest = entry.get("token"), entry.get("sha256")
+    if (token is None) == (hexdigest is None):
+        raise AccessError(f"{at}: give exactly one of token and sha256")
+    if token is not None:
+        if not isinstance(token, str) or len(token) < 16:
+            raise AccessError(f"{at}: token must be a string of 16 characters or more")
+        return Key(name, role, digest(token))
+    try:
+        raw = bytes.fromhex(hexdigest) if isinstance(hexdigest, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != hashlib.sha256().digest_size:
+        raise AccessError(f"{at}: sha256 must be 64 hex digits (printf %s TOKEN | sha256sum)")
+    return Key(name, role, raw)
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """How the API meets the network: who may do what, how large a body may be, and the
+    certificate it serves HTTPS with (none: plain HTTP)."""
+
+    access: Access | None = None
+    """None: the daemon's one token, admin; reads need it unless ``open_reads``."""
+    open_reads: bool = False
+    max_body: int = DEFAULT_MAX_BODY
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise AccessError("HTTPS needs both a certificate and its key (--tls-cert and "
+                              "--tls-key)")
+        if self.max_body < 0:
+            raise AccessError("the body limit cannot be negative")
+        if self.tls_cert is not None and self.tls_key is not None:
+            # Read now: a certificate that cannot be used is a message at start, not a
+            # server that fails once the daemon has opened every instrument.
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    self.tls_cert, self.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise AccessError(f"cannot serve HTTPS with certificate {self.tls_cert} and "
+                                  f"key {self.tls_key}: {exc}") from None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def reads_open(self) -> bool:
+        return self.open_reads or (self.access is not None and self.access.open_reads)
+
+
+def beyond_loopback(host: str) -> bool:
+    """Whether an address the API binds to can be reached from another machine."""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a name: whatever it resolves to, assume the network

@@ -1,0 +1,231 @@
+"""The API's edge: every HTTP request and WebSocket passes here before any route sees it,
+and before a byte of its body is read. In order:
+
+1. the key: the route's role (``x-labd-role`` in its OpenAPI; reads need ``viewer``) against
+   the bearer token's — 401 without a key or with an unknown one, 403 for a role too low;
+2. the body: a ``Content-Length`` beyond the limit is 413 at once, a body that is not
+   ``application/json`` 415, and the body is read counting its bytes (413 as soon as it
+   passes the limit, never buffered whole), then refused 415 unless it is UTF-8 without a
+   byte-order mark (the JSON parser would take UTF-16 and UTF-32 too).
+
+A refusal closes the connection: what the client still sends is not read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from labd.daemon.access import Access, Role, grants
+
+#: Where the schema and its pages are served: open to all, they hold nothing of the lab's.
+OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Methods whose requests carry no body here (one sent anyway is still counted).
+BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+NO_KEY = ("a bearer token is required: send 'Authorization: Bearer <token>' with the "
+          "daemon's token ($LABD_TOKEN or its token file, as labd run reports) or a key "
+          "of its access file")
+BAD_KEY = ("the bearer token is not one of the daemon's keys: send the daemon's token "
+           "($LABD_TOKEN or its token file, as labd run reports) or a key of its access "
+           "file")
+
+
+def route_role(route: BaseRoute) -> Role:
+    """The role a route needs (deps.OPERATOR, deps.ADMIN); reads need a viewer's."""
+    extra = getattr(route, "openapi_extra", None) or {}
+    role: Role = extra.get("x-labd-role", "viewer")
+    return role
+
+
+class Edge:
+    """Pure ASGI middleware (module docstring); ``routes`` are the app's, to find the role
+    a request needs before the app is called."""
+
+    def __init__(self, app: ASGIApp, *, routes: list[BaseRoute], access: Access,
+                 open_reads: bool, max_body: int) -> None:
+        self.app, self.routes, self.access = app, routes, access
+        self.open_reads, self.max_body = open_reads, max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        refusal = self.check_key(scope, headers)
+        if refusal is not None:
+            status, detail = refusal
+            extra = {"www-authenticate": "Bearer"} if status == 401 else {}
+            if scope["type"] == "websocket":
+                await deny_socket(scope, send, status, detail)
+            else:
+                await answer(send, status, detail, extra)
+            return
+        if scope["type"] == "websocket" or (
+                scope["method"] in BODILESS and not has_body(headers)):
+            await self.app(scope, receive, send)
+            return
+        body = await self.read_body(headers, receive, send)
+        if body is not None:
+            await self.app(scope, replay(body, receive), send)
+
+    def needed(self, scope: Scope) -> Role | None:
+        """The role a request needs; None where anyone may."""
+        if scope["path"] in OPEN_PATHS:
+            return None
+        role: Role = "viewer"
+        partial: Role | None = None
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                role = route_role(route)
+                break
+            if match is Match.PARTIAL and partial is None:
+                partial = route_role(route)
+        else:
+            role = partial or "viewer"
+        return None if role == "viewer" and self.open_reads else role
+
+    def check_key(self, scope: Scope, headers: Headers) -> tuple[int, str] | None:
+        needed = self.needed(scope)
+        if needed is None:
+            return None
+        token = bearer(headers)
+        if token is None:
+            return 401, NO_KEY
+        held = self.access.role_of(token)
+        if held is None:
+            return 401, BAD_KEY
+        if not grants(held, needed):
+            what = "the event stream" if scope["type"] == "websocket" else \
+                f"{scope['method']} {scope['path']}"
+            return 403, (f"{what} needs an {needed} key (this one is {held}'s): use a key "
+                         f"of role {needed} or admin from the daemon's access file")
+        return None
+
+    async def read_body(self, headers: Headers, receive: Receive, send: Send
+                        ) -> bytes | None:
+        """The whole body, or None once a refusal has been sent (or the client left)."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await answer(send, 413, too_large(self.max_body))
+            return None
+        if has_body(headers):
+            problem = media_problem(headers.get("content-type"))
+            if problem is not None:
+                await answer(send, 415, problem)
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                # Kept open: a client still sending would lose this answer to the reset a
+                # close with unread data makes; the server drops the rest as it comes.
+                await answer(send, 413, too_large(self.max_body), close=False)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if body and not utf8(body):
+            await answer(send, 415, "a JSON body must be UTF-8, without a byte-order mark "
+                                    "(UTF-16 and UTF-32 are refused)")
+            return None
+        return body
+
+
+def bearer(headers: Headers) -> str | None:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def has_body(headers: Headers) -> bool:
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length != "0")
+
+
+def media_problem(content_type: str | None) -> str | None:
+    """Why a body of this Content-Type is refused; None for JSON in UTF-8."""
+    media, *params = (content_type or "").split(";")
+    if media.strip().lower() != "application/json":
+        return (f"a body must be JSON, sent with 'Content-Type: application/json' "
+                f"(not {content_type or 'none'!r})")
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and \
+                value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return f"a JSON body must be UTF-8, not {value.strip()!r}"
+    return None
+
+
+def utf8(body: bytes) -> bool:
+    if body.startswith(BOMS) or b"\x00" in body[:4]:
+        return False
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def too_large(limit: int) -> str:
+    return (f"the body is larger than the daemon takes ({limit} bytes; labd run "
+            "--max-body sets it)")
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """The body, read already, as the app asks for it; then the client's own messages (a
+    disconnect)."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
+async def answer(send: Send, status: int, detail: str,
+                 headers: dict[str, str] | None = None, *, close: bool = True) -> None:
+    """A refusal as the API's errors look (``{"detail": ...}``); ``close``: the connection
+    closes after it, so that a body not read is not read later either (a client sending a
+    large body should ask ``Expect: 100-continue``, and so hear the refusal before it
+    sends)."""
+    content = json.dumps({"detail": detail}).encode()
+    raw: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(content)),
+        *([(b"connection", b"close")] if close else []),
+        *((k.encode(), v.encode()) for k, v in (headers or {}).items())]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": content})
+
+
+async def deny_socket(scope: Scope, send: Send, status: int, detail: str) -> None:
+    """Refuse a WebSocket before it is accepted: an HTTP answer where the server can send
+    one, else a close (the client sees 403)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        content = json.dumps({"detail": detail}).encode()
+        headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json"),
+                                              (b"content-length", b"%d" % len(content))]
+        if status == 401:
+            headers.append((b"www-authenticate", b"Bearer"))
+        message: dict[str, Any] = {"type": "websocket.http.response.start",
+                                   "status": status, "headers": headers}
+        await send(message)
+        await send({"type": "websocket.http.response.body", "body": content})
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": detail[:120]})

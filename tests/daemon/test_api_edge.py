@@ -1,0 +1,517 @@
+"""The API's edge on a real daemon and a real socket: keys and roles checked before a body is
+read, bodies limited and UTF-8 JSON only, ports strict JSON integers, integers bounded (422,
+never 500), HTTPS where a certificate is given; and the token file, the access file and
+their errors on their own."""
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import signal
+import socket
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labd.client.api import DaemonClient
+from labd.daemon.access import Access, ApiSettings, beyond_loopback
+from labd.emulation.rig import Rig
+from labd.errors import AccessError, DaemonError
+from labd.token import make_token_file, read_token_file
+from tests.commands.test_broker_config import certificates
+from tests.labs import switch, write_lab
+from tests.rigs import StartRig, background_rig
+
+TOKEN = "edge-admin-token"
+VIEWER, OPERATOR, ADMIN = "viewer-token-0123456789", "operator-token-0123456789", \
+    "admin-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON = {"Content-Type": "application/json"}
+#: The three roles' keys: the viewer's by its digest, the others as tokens.
+ACCESS = Access.parse({"key": [
+    {"name": "dash", "role": "viewer",
+     "sha256": hashlib.sha256(VIEWER.encode()).hexdigest()},
+    {"name": "ci", "role": "operator", "token": OPERATOR},
+    {"name": "boss", "role": "admin", "token": ADMIN}]}, "test")
+MB = 1 << 20
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@contextlib.asynccontextmanager
+async def edge(start_rig: StartRig, api: ApiSettings | None = None, token: str | None = TOKEN
+               ) -> AsyncIterator[Rig]:
+    async with start_rig("edge", switch(switch_ms=1), token=token, api=api) as rig:
+        yield rig
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (the daemon runs in it)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize()
+
+
+async def raw_request(url: str, head: str, body: bytes, repeat: int, *, first: int = 0
+                      ) -> tuple[int, bytes]:
+    """``head`` (request line and headers) and ``first`` copies of ``body``, then the
+    answer read; then ``repeat`` copies more sent, which a server that answered early drops
+    or refuses (a closed connection). The status and the answer's head."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head.encode() + body * first)
+        async with asyncio.timeout(30):
+            answer = await reader.readuntil(b"\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(repeat):
+                writer.write(body)
+                await writer.drain()
+    finally:
+        writer.close()
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+# -- keys and roles --------------------------------------------------------------------------
+async def test_reads_and_the_event_stream_need_a_key(start_rig: StartRig) -> None:
+    async with edge(start_rig) as rig, httpx.AsyncClient(base_url=rig.daemon.url) as http:
+        none = await http.get("/v1/health")
+        assert none.status_code == 401 and "bearer token is required" in none.json()["detail"]
+        assert none.headers["www-authenticate"] == "Bearer"
+        wrong = await http.get("/v1/switches/ocs1", headers=bearer("nope"))
+        assert wrong.status_code == 401 and "not one of the daemon's keys" in wrong.text
+        assert (await http.get("/v1/nowhere")).status_code == 401  # no probing either
+        assert (await http.get("/v1/health", headers=AUTH)).json()["lab"]
+        assert (await http.get("/v1/nowhere", headers=AUTH)).status_code == 404
+        assert (await http.get("/openapi.json")).status_code == 200  # the schema is open
+        ws_url = rig.daemon.url.replace("http://", "ws://") + "/v1/events"
+        for headers in ({}, bearer("nope")):
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                async with websockets.connect(ws_url, additional_headers=headers):
+                    pass
+            assert refused.value.response.status_code == 401
+        client = DaemonClient(rig.daemon.url, TOKEN)
+        try:
+            first = await anext(aiter(client.events()))
+            assert first["kind"] == "snapshot"
+        finally:
+            await client.close()
+        stranger = DaemonClient(rig.daemon.url, "nope")
+        try:
+            with pytest.raises(DaemonError, match="401"):
+                await anext(aiter(stranger.events()))
+            with pytest.raises(DaemonError, match="401"):
+                await stranger.get("/v1/health")
+        finally:
+            await stranger.close()
+
+
+async def test_each_role_may_do_its_part_and_no_more(start_rig: StartRig) -> None:
+    async with edge(start_rig, ApiSettings(access=ACCESS), token=None) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url) as http:
+        change = {"pairs": [[1, 9]]}
+        for token in (VIEWER, OPERATOR, ADMIN, rig.daemon.token):
+            assert (await http.get("/v1/switches/ocs1", headers=bearer(token))
+                    ).status_code == 200
+        low = await http.post("/v1/switches/ocs1/connections", json=change,
+                              headers=bearer(VIEWER))
+        assert low.status_code == 403
+        assert "needs an operator key (this one is viewer's)" in low.json()["detail"]
+        drill = await http.post("/v1/drills/failover", json={}, headers=bearer(OPERATOR))
+        assert drill.status_code == 403 and "needs an admin key" in drill.text
+        assert (await http.post("/v1/jobs/j/stop", headers=bearer(OPERATOR))).status_code \
+            == 403
+        ok = await http.post("/v1/switches/ocs1/connections", json=change,
+                             headers=bearer(OPERATOR))
+        assert ok.status_code == 200 and ok.json()["outcome"] == "ok"
+        # admin ⊇ operator: past the edge, the route's own answer (no hosts, no job)
+        assert (await http.post("/v1/drills/failover", json={}, headers=bearer(ADMIN))
+                ).status_code == 409
+        assert (await http.post("/v1/jobs/j/stop", headers=bearer(ADMIN))).status_code == 404
+        # the old single token is no key where an access file is given
+        assert (await http.get("/v1/health", headers=AUTH)).status_code == 401
+        rows = (await http.get("/v1/reconfigurations", headers=bearer(VIEWER))).json()
+    assert len(rows) == 1 and rig.daemon.engine.intended["ocs1"] == {1: 9}
+
+
+async def test_open_reads_open_reads_only(start_rig: StartRig) -> None:
+    async with edge(start_rig, ApiSettings(open_reads=True)) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url) as http:
+        assert (await http.get("/v1/switches/ocs1")).status_code == 200
+        assert (await http.post("/v1/switches/ocs1/connections",
+                                json={"pairs": [[1, 9]]})).status_code == 401
+        ws_url = rig.daemon.url.replace("http://", "ws://") + "/v1/events"
+        async with websockets.connect(ws_url) as socket:
+            assert json.loads(await asyncio.wait_for(socket.recv(), 10))["kind"] == "snapshot"
+        schema = (await http.get("/openapi.json")).json()
+        health = schema["paths"]["/v1/health"]["get"]
+        assert "security" not in health and health["x-labd-role"] == "viewer"
+        assert schema["paths"]["/v1/switches/{switch}/connections"]["post"]["security"]
+
+
+# -- bodies ----------------------------------------------------------------------------------
+async def test_an_unauthenticated_100_mb_body_is_refused_unread(start_rig: StartRig) -> None:
+    """The issue's case: a body parsed before the key was checked (422, and 224 MB more)."""
+    async with edge(start_rig) as rig:
+        head = ("POST /v1/switches/ocs1/connections HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {100 * MB}\r\n"
+                "Expect: 100-continue\r\n\r\n")
+        chunk = b"[" * MB
+        before = resident_bytes()
+        status, answer = await raw_request(rig.daemon.url, head, chunk, 100)
+        grown = resident_bytes() - before
+        assert status == 401 and b"100 Continue" not in answer
+        assert grown < 8 * MB, f"the daemon grew by {grown / MB:.1f} MB"
+        assert rig.daemon.engine.intended["ocs1"] == {}
+
+
+async def test_a_body_beyond_the_limit_is_refused_before_it_is_read(
+        start_rig: StartRig) -> None:
+    async with edge(start_rig) as rig:
+        url = rig.daemon.url
+        before = resident_bytes()
+        # declared: refused on its Content-Length
+        head = ("POST /v1/switches/ocs1/connections HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {100 * MB}\r\nExpect: 100-continue\r\n\r\n")
+        status, _ = await raw_request(url, head, b" " * MB, 100)
+        assert status == 413
+        # chunked: counted as it comes, refused once past the limit
+        head = ("POST /v1/switches/ocs1/connections HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n")
+        piece = b"%x\r\n%s\r\n" % (MB, b" " * MB)
+        status, _ = await raw_request(url, head, piece, 98, first=2)
+        assert status == 413
+        assert resident_bytes() - before < 8 * MB
+        assert rig.daemon.engine.intended["ocs1"] == {}
+
+
+async def test_the_body_limit_is_a_setting(start_rig: StartRig) -> None:
+    async with edge(start_rig, ApiSettings(max_body=64)) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        small = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        assert small.status_code == 200
+        large = await http.post("/v1/switches/ocs1/connections",
+                                json={"pairs": [[2, 10]], "cause": "api" + " " * 64})
+        assert large.status_code == 413 and "64 bytes" in large.text
+
+
+#: Bodies refused, each with its status and the words of its answer.
+BAD_BODIES: list[tuple[str, dict[str, str], bytes, int, str]] = [
+    ("text/plain", {"Content-Type": "text/plain"}, b'{"pairs": [[1, 9]]}', 415,
+     "Content-Type: application/json"),
+    ("no type", {}, b'{"pairs": [[1, 9]]}', 415, "Content-Type: application/json"),
+    ("UTF-16", JSON, '{"pairs": [[1, 9]]}'.encode("utf-16-le"), 415, "UTF-8"),
+    ("UTF-16 with BOM", JSON, '{"pairs": [[1, 9]]}'.encode("utf-16"), 415, "UTF-8"),
+    ("UTF-32", JSON, '{"pairs": [[1, 9]]}'.encode("utf-32"), 415, "UTF-8"),
+    ("UTF-8 BOM", JSON, '{"pairs": [[1, 9]]}'.encode("utf-8-sig"), 415, "byte-order mark"),
+    ("charset", {"Content-Type": "application/json; charset=utf-16"},
+     '{"pairs": [[1, 9]]}'.encode("utf-16-le"), 415, "utf-16"),
+    ("latin-1", JSON, b'{"pairs": [[1, 9]], "cause": "\xe9"}', 415, "UTF-8"),
+    ("string ports", JSON, b'{"pairs": [["1", "17"]]}', 422, "valid integer"),
+    ("a boolean port", JSON, b'{"pairs": [[true, 9]]}', 422, "valid integer"),
+    ("a float port", JSON, b'{"pairs": [[1.0, 9]]}', 422, "valid integer"),
+    ("a port beyond 64 bits", JSON, b'{"pairs": [[1, 100000000000000000000]]}', 422,
+     "less than or equal"),
+    ("a negative port", JSON, b'{"pairs": [[-1, 9]]}', 422, "greater than or equal"),
+    ("no pairs", JSON, b'{"pairs": []}', 422, "at least 1 item"),
+    ("three ports", JSON, b'{"pairs": [[1, 9, 2]]}', 422, "at most 2"),
+    ("a string flag", JSON, b'{"pairs": [[1, 9]], "verify_light": "false"}', 422,
+     "valid boolean"),
+]
+
+
+@pytest.mark.parametrize(("name", "headers", "body", "status", "words"), BAD_BODIES,
+                         ids=[case[0] for case in BAD_BODIES])
+async def test_a_bad_body_is_refused_and_changes_nothing(
+        start_rig: StartRig, name: str, headers: dict[str, str], body: bytes, status: int,
+        words: str) -> None:
+    async with edge(start_rig) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        answer = await http.post("/v1/switches/ocs1/connections", content=body,
+                                 headers=headers)
+        assert answer.status_code == status, answer.text
+        assert words in answer.text
+        assert (await http.get("/v1/reconfigurations")).json() == []
+    assert rig.daemon.engine.intended["ocs1"] == {}
+
+
+async def test_other_bodies_are_as_strict(start_rig: StartRig) -> None:
+    async with edge(start_rig) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        for path, body in [("/v1/switches/ocs1/disconnect", {"ports": [True]}),
+                           ("/v1/switches/ocs1/disconnect", {"ports": ["3"]}),
+                           ("/v1/switches/ocs1/disconnect", {"ports": []}),
+                           ("/v1/jobs/j/decision", {"approve": "yes"}),
+                           ("/v1/jobs/j/decision", {"approve": 1})]:
+            answer = await http.post(path, json=body)
+            assert answer.status_code == 422, (path, body, answer.text)
+        # a whole map may be empty: it takes every circuit down
+        await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
+        cleared = await http.put("/v1/switches/ocs1/connections", json={"pairs": []})
+        assert cleared.status_code == 200 and cleared.json()["disconnected"] == [[1, 9]]
+
+
+#: The issue's three 500s (an SQLite OverflowError), and their neighbours.
+BEYOND_64_BITS = [
+    "/v1/reconfigurations?since_ns=" + str(10**30),
+    "/v1/reconfigurations?until_ns=" + str(2**63),
+    "/v1/reconfigurations?since_ns=-1",
+    "/v1/reconfigurations/" + str(10**30) + "/traces",
+    "/v1/reconfigurations/-1/traces",
+    "/v1/failovers/" + str(10**30),
+    "/v1/failovers/" + str(2**63),
+    "/v1/failovers?limit=" + str(10**30),
+    "/v1/agents/h1/commands?wait_s=1e400",
+]
+
+
+async def test_integers_beyond_64_bits_are_422_never_500(start_rig: StartRig) -> None:
+    async with edge(start_rig) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        for path in BEYOND_64_BITS:
+            answer = await http.get(path)
+            assert answer.status_code == 422, (path, answer.text)
+        edge_of_range = str(2**63 - 1)
+        assert (await http.get(f"/v1/failovers/{edge_of_range}")).status_code == 404
+        assert (await http.get(f"/v1/reconfigurations/{edge_of_range}/traces")).json() == []
+        assert (await http.get(f"/v1/reconfigurations?since_ns={edge_of_range}")
+                ).json() == []
+
+
+PORT = st.one_of(st.integers(-10, 20), st.integers(), st.text(max_size=4), st.booleans(),
+                 st.floats(allow_nan=True), st.none())
+JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+                       lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                       max_leaves=12)
+BODY = st.one_of(
+    st.fixed_dictionaries({"pairs": st.lists(st.lists(PORT, max_size=3), max_size=3)},
+                          optional={"verify_light": JSONISH, "cause": JSONISH}),
+    st.dictionaries(st.text(max_size=8), JSONISH, max_size=3),
+    JSONISH)
+
+
+def test_any_body_is_answered_without_a_server_error(tmp_path: Path) -> None:
+    """Whatever the body, bytes or JSON of any shape, under any Content-Type, the answer is
+    a 2xx, or a 4xx with a detail; what is changed is only ever valid ports."""
+    with background_rig(tmp_path, "fuzz", switch(switch_ms=1)) as bg, \
+            httpx.Client(base_url=bg.daemon.url, headers=bearer("t")) as http:
+
+        @settings(max_examples=150, deadline=None, database=None)
+        @given(body=st.one_of(BODY.map(lambda b: json.dumps(b).encode()),
+                              st.binary(max_size=64)),
+               kind=st.sampled_from(["application/json", "application/json; charset=utf-8",
+                                     "text/plain", "application/json; charset=latin-1"]),
+               method=st.sampled_from(["POST", "PUT"]))
+        def check(body: bytes, kind: str, method: str) -> None:
+            answer = http.request(method, "/v1/switches/ocs1/connections", content=body,
+                                  headers={"Content-Type": kind})
+            assert answer.status_code < 500, (body, kind, answer.text)
+            if answer.status_code >= 400:
+                assert answer.json()["detail"]
+
+        check()
+        intended = bg.daemon.engine.intended["ocs1"]
+        assert all(1 <= p <= 16 for pair in intended.items() for p in pair)
+
+
+# -- TLS -------------------------------------------------------------------------------------
+async def test_https_where_a_certificate_is_given(start_rig: StartRig, tmp_path: Path) -> None:
+    ca, cert, key = certificates(tmp_path / "tls")
+    api = ApiSettings(tls_cert=str(cert), tls_key=str(key))
+    async with edge(start_rig, api) as rig:
+        assert rig.daemon.url.startswith("https://127.0.0.1:")
+        client = DaemonClient(rig.daemon.url, TOKEN, ca=str(ca))
+        try:
+            assert (await client.get("/v1/health"))["lab"]
+            changed = await client.post("/v1/switches/ocs1/connections", {"pairs": [[1, 9]]})
+            assert changed["outcome"] == "ok"
+            first = await anext(aiter(client.events()))
+            assert first["kind"] == "snapshot"
+        finally:
+            await client.close()
+        plain = rig.daemon.url.replace("https://", "http://")
+        async with httpx.AsyncClient(base_url=plain, headers=AUTH) as http:
+            with pytest.raises(httpx.HTTPError):
+                await http.get("/v1/health")
+        untrusting = DaemonClient(rig.daemon.url, TOKEN)  # the system's CAs only
+        try:
+            with pytest.raises(DaemonError, match="CERTIFICATE_VERIFY_FAILED"):
+                await untrusting.get("/v1/health")
+        finally:
+            await untrusting.close()
+
+
+def test_a_certificate_that_cannot_be_used_is_a_message(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    with pytest.raises(AccessError, match="cannot serve HTTPS with certificate"):
+        ApiSettings(tls_cert=str(tmp_path / "cert.pem"), tls_key=str(tmp_path / "cert.pem"))
+    with pytest.raises(AccessError, match="both a certificate and its key"):
+        ApiSettings(tls_cert=str(tmp_path / "cert.pem"))
+
+
+def test_beyond_loopback() -> None:
+    assert not any(map(beyond_loopback, ["127.0.0.1", "127.0.0.2", "::1", "localhost"]))
+    assert all(map(beyond_loopback, ["0.0.0.0", "::", "10.0.0.2", "lab.example"]))
+
+
+# -- the token file and the access file ------------------------------------------------------
+def test_the_token_file_is_made_0600_from_its_first_byte(tmp_path: Path) -> None:
+    old = os.umask(0)  # the widest umask: the mode must not come from it
+    try:
+        token = make_token_file(tmp_path / "state" / "labd" / "token")
+    finally:
+        os.umask(old)
+    path = tmp_path / "state" / "labd" / "token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert read_token_file(path) == token and len(token) >= 24
+    assert make_token_file(path) == token  # another's, kept as it is
+
+
+def test_a_token_file_that_cannot_be_used_is_a_message(tmp_path: Path) -> None:
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "two").write_text("a\nb\n")
+    for name, words in [("empty", "must hold the token alone"),
+                        ("two", "must hold the token alone"), ("missing", "No such file")]:
+        with pytest.raises(AccessError, match=words):
+            read_token_file(tmp_path / name)
+
+
+def test_an_access_file(tmp_path: Path) -> None:
+    path = tmp_path / "access.toml"
+    digest = hashlib.sha256(VIEWER.encode()).hexdigest()
+    path.write_text(f'open_reads = true\n[[key]]\nname = "dash"\nrole = "viewer"\n'
+                    f'sha256 = "{digest}"\n[[key]]\nrole = "admin"\ntoken = "{ADMIN}"\n')
+    access = Access.load(path)
+    assert access.open_reads
+    assert (access.role_of(VIEWER), access.role_of(ADMIN)) == ("viewer", "admin")
+    assert access.role_of("x" * 24) is None and access.role_of(None) is None
+    assert access.with_token(OPERATOR, "operator").role_of(OPERATOR) == "operator"
+
+
+#: Access files refused, each with the words of its message.
+BAD_ACCESS: list[tuple[str, str]] = [
+    ("[[key]]\nrole = 'root'\ntoken = '0123456789abcdef'", "role must be one of viewer"),
+    ("[[key]]\nrole = 'admin'", "exactly one of token and sha256"),
+    ("[[key]]\nrole = 'admin'\ntoken = 'short'", "16 characters or more"),
+    ("[[key]]\nrole = 'admin'\ntoken = '0123456789abcdef'\nsha256 = '00'",
+     "exactly one of token and sha256"),
+    ("[[key]]\nrole = 'admin'\nsha256 = 'zz'", "64 hex digits"),
+    ("[[key]]\nrole = 'admin'\nsha256 = 7", "64 hex digits"),
+    ("[[key]]\nrole = 'admin'\ntoken = '0123456789abcdef'\npassword = 1", "unknown field"),
+    ("open_reads = 'yes'\n[[key]]\nrole = 'admin'\ntoken = '0123456789abcdef'",
+     "open_reads must be true or false"),
+    ("keys = []", "unknown setting"),
+    ("", "no [[key]] tables"),
+    ("key = 3", "no [[key]] tables"),
+    ("key = [1]", "key 1 is not a table"),
+    ("[[key]\n", "see docs/daemon.md"),
+    ("a = " + "[" * 5000 + "]" * 5000, "access file"),
+    ("[[key]]\nname = 3\nrole = 'admin'\ntoken = '0123456789abcdef'", "name must be"),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), BAD_ACCESS)
+def test_an_access_file_that_cannot_be_used_is_a_message(tmp_path: Path, text: str,
+                                                         words: str) -> None:
+    path = tmp_path / "access.toml"
+    path.write_text(text)
+    with pytest.raises(AccessError, match=words.replace("[", r"\[")):
+        Access.load(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.dictionaries(st.sampled_from(["open_reads", "key", "keys"]),
+                            st.one_of(JSONISH, st.lists(st.dictionaries(
+                                st.sampled_from(["name", "role", "token", "sha256", "x"]),
+                                JSONISH | st.sampled_from(["viewer", "admin", "a" * 64]),
+                                max_size=5), max_size=3)), max_size=3))
+def test_any_access_data_is_taken_or_refused_with_a_message(data: dict[str, Any]) -> None:
+    try:
+        access = Access.parse(data, "fuzz")
+    except AccessError as exc:
+        assert str(exc).startswith("access file fuzz")
+    else:
+        assert access.keys and all(len(k.sha256) == 32 for k in access.keys)
+
+
+# -- labd run's options ----------------------------------------------------------------------
+async def labd(*args: str, env: dict[str, str] | None = None
+               ) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+
+
+async def test_labd_run_takes_keys_from_files_and_warns_of_plain_http_beyond_loopback(
+        tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "runopts", switch(switch_ms=1))
+    token_file, access_file = tmp_path / "token", tmp_path / "access.toml"
+    token_file.write_text("file-token-0123456789\n")
+    token_file.chmod(0o644)  # readable by others: said so
+    access_file.write_text(f'[[key]]\nrole = "viewer"\ntoken = "{VIEWER}"\n')
+    access_file.chmod(0o600)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = await labd("run", str(lab), "--db", str(tmp_path / "s.sqlite"), "--host",
+                      "0.0.0.0", "--port", str(port), "--token-file", str(token_file),
+                      "--access", str(access_file))
+    assert proc.stdout is not None
+    try:
+        printed = ""
+        async with asyncio.timeout(60):
+            while "emulators' control endpoint" not in printed:
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"labd run ended early: {printed}"
+                printed += line
+        assert "without TLS" in printed and "--tls-cert" in printed
+        assert f"{token_file} can be read by other users" in printed
+        assert "reads and changes need 'Authorization: Bearer <token>'" in printed
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert (await http.get("/v1/health", headers=bearer(VIEWER))).status_code == 200
+            assert (await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]},
+                                    headers=bearer(VIEWER))).status_code == 403
+            assert (await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]},
+                                    headers=bearer("file-token-0123456789"))
+                    ).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "Traceback" not in err.decode()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--token", "secret"), "No such option: --token"),
+    (("--access", "{dir}/nowhere.toml"), "access file {dir}/nowhere.toml"),
+    (("--access", "{dir}/bad.toml"), "role must be one of viewer, operator, admin"),
+    (("--token-file", "{dir}/nowhere"), "token file {dir}/nowhere"),
+    (("--tls-cert", "{dir}/bad.toml"), "both a certificate and its key"),
+    (("--tls-cert", "{dir}/bad.toml", "--tls-key", "{dir}/bad.toml"),
+     "cannot serve HTTPS with certificate"),
+])
+async def test_labd_run_refuses_settings_it_cannot_use(tmp_path: Path, args: tuple[str, ...],
+                                                       words: str) -> None:
+    _, lab = write_lab(tmp_path, "runbad", switch(switch_ms=1))
+    (tmp_path / "bad.toml").write_text('[[key]]\nrole = "root"\ntoken = "0123456789abcdef"\n')
+    proc = await labd("run", str(lab), "--db", str(tmp_path / "s.sqlite"), "--port", "0",
+                      *(a.format(dir=tmp_path) for a in args))
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    printed = " ".join((out + err).decode().split())  # rich wraps long lines
+    assert proc.returncode != 0
+    assert words.format(dir=tmp_path) in printed, printed
+    assert "Traceback" not in printed
