@@ -99,12 +99,16 @@ class Soak:
         self.differences: dict[str, str] = {}
         self.failed: collections.Counter[str] = collections.Counter()
         self.drift_events = 0
+        self.unavailable: collections.Counter[str] = collections.Counter()
         self.reasons: collections.Counter[str] = collections.Counter()
 
     def _note(self, what: str, response: httpx.Response) -> None:
         self.statuses[response.status_code] += 1
         if response.status_code >= 500 and response.status_code != 503:
             self.server_errors.append(f"{what}: {response.status_code} {response.text[:200]}")
+        elif response.status_code == 503 or what.startswith("restore"):
+            self.unavailable[f"{what.split()[0]} {response.status_code}: "
+                             f"{response.text[:100]}"] += 1
 
     def size(self, switch: str) -> int:
         info = self.rig.daemon.engine.switch(switch).info
@@ -369,6 +373,9 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                   f"answered): {sum(soak.failed.values())} ({dict(soak.failed)}); drift "
                   f"events: {soak.drift_events}")
     for reason, count in soak.reasons.most_common(8):
+        console.print(f"  {count} x {reason}")
+    console.print("503s (refusals while a device or the store is unavailable) and restores:")
+    for reason, count in soak.unavailable.most_common(8):
         console.print(f"  {count} x {reason}")
     for sw, difference in drifted.items():
         how = "restored through the API" if sw in restored else "SILENT: no failed change"
