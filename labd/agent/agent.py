@@ -18,16 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from typing import Any
 
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
 from labd.agent.jobs import JobRunner
-from labd.agent.links import AgentLink, http_link, mqtt_link
+from labd.agent.links import AgentLink, command_opener, http_link, mqtt_link
 from labd.agent.nics import Nics
 from labd.errors import AgentError, LinkDown, SmiError
 from labd.mqtt.credentials import BusSettings
+
+log = logging.getLogger(__name__)
 
 
 class Agent:
@@ -46,6 +49,7 @@ class Agent:
         self.lab, self.host = lab, host
         # A bad URL is a clear error now, not a retry loop later.
         self.mqtt = BusSettings.of(mqtt) if mqtt is not None else None
+        self._opener = command_opener(self.mqtt, host) if self.mqtt is not None else None
         self.daemon, self.token = daemon, token or ""
         self.backend = backend
         self.interval = interval
@@ -86,7 +90,7 @@ class Agent:
 
     def _connect(self) -> contextlib.AbstractAsyncContextManager[AgentLink]:
         if self.mqtt is not None:
-            return mqtt_link(self.mqtt, self.lab, self.host)
+            return mqtt_link(self.mqtt, self.lab, self.host, self._opener)
         assert self.daemon is not None
         return http_link(self.daemon, self.token, self.host)
 
@@ -105,7 +109,9 @@ class Agent:
                         with contextlib.suppress(LinkDown):
                             await link.publish("status", b"offline")
                         raise
-            except LinkDown:
+            except Exception as exc:
+                if not isinstance(exc, LinkDown):  # a fault in one session ends only that one
+                    log.exception("the agent's session failed; reconnecting")
                 self.ready.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

@@ -10,8 +10,11 @@ reconnects.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -19,10 +22,11 @@ import aiomqtt
 import httpx
 
 from labd.client.api import call_json
-from labd.errors import LinkDown, RefusedMessage
+from labd.errors import BusError, LinkDown
 from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
+from labd.mqtt.payload import check
 from labd.mqtt.topics import host_root
 
 log = logging.getLogger(__name__)
@@ -44,12 +48,11 @@ class AgentLink(Protocol):
 class MqttLink:
     """One broker session of a host's agent. With the host's key, everything it sends is
     sealed (labd.mqtt.envelope) and only commands sealed by the daemon with that key are
-    taken; without one, the broker's ACL is all that binds the host to its topics."""
+    taken. Without one, the daemon refuses what the host sends (docs/daemon.md)."""
 
-    def __init__(self, client: aiomqtt.Client, prefix: str, sealer: Sealer | None) -> None:
-        self.client, self.prefix, self.sealer = client, prefix, sealer
-        key = sealer.key if sealer is not None else None
-        self._opener = Opener(lambda sender: key if sender == "daemon" else None)
+    def __init__(self, client: aiomqtt.Client, prefix: str, sealer: Sealer | None,
+                 opener: Opener | None) -> None:
+        self.client, self.prefix, self.sealer, self._opener = client, prefix, sealer, opener
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
         topic = f"{self.prefix}/{kind}"
@@ -66,20 +69,41 @@ class MqttLink:
             async for message in self.client.messages:
                 payload = message.payload
                 raw = payload if isinstance(payload, bytes) else str(payload).encode()
-                if self.sealer is not None:
-                    try:
+                try:
+                    if self._opener is not None:
                         _, body = self._opener.open(str(message.topic), raw, sender="daemon")
-                    except RefusedMessage as exc:
-                        log.warning("command on %s refused: %s", message.topic, exc)
-                        continue
-                    raw = body.encode()
+                        raw = body.encode()
+                    else:
+                        check(raw, what="job command")
+                except BusError as exc:  # anyone on the broker may publish here
+                    log.warning("command on %s refused: %s", message.topic, exc)
+                    continue
                 yield raw
         except aiomqtt.MqttError as exc:
             raise LinkDown(f"MQTT: {exc}") from None
 
 
+def command_opener(settings: BusSettings, host: str) -> Opener | None:
+    """What checks the daemon's commands to ``host``: one per agent, not per connection, so
+    that a command taken before a reconnect cannot be played again after it."""
+    key = settings.credentials.hosts.get(host)
+    return Opener(lambda sender: key if sender == "daemon" else None) if key else None
+
+
+def client_id(prefix: str, key: bytes | None) -> str:
+    """The agent's broker session name. One per host, so that a second agent for it (or the
+    same one reconnecting) takes the session over; derived from the host's key, because a
+    client that guessed it could take the session over too, and the broker would publish
+    the real agent's last will: the host would look lost."""
+    if key is None:
+        return f"labd-agent-{secrets.token_hex(8)}"
+    tag = hmac.new(key, f"client-id {prefix}".encode(), hashlib.sha256).hexdigest()[:24]
+    return f"labd-agent-{tag}"
+
+
 @contextlib.asynccontextmanager
-async def mqtt_link(settings: BusSettings, lab: str, host: str) -> AsyncIterator[MqttLink]:
+async def mqtt_link(settings: BusSettings, lab: str, host: str,
+                    opener: Opener | None = None) -> AsyncIterator[MqttLink]:
     prefix = host_root(lab, host, settings.instance)
     key = settings.credentials.hosts.get(host)
     # A new session each connection; its last will is sealed now, as its last word.
@@ -87,11 +111,12 @@ async def mqtt_link(settings: BusSettings, lab: str, host: str) -> AsyncIterator
     will_payload = (sealer.seal(f"{prefix}/status", b"offline", last=True)
                     if sealer is not None else b"offline")
     will = aiomqtt.Will(f"{prefix}/status", will_payload, qos=1, retain=True)
+    if opener is None:
+        opener = command_opener(settings, host)
     try:
-        # One session per host of a lab: a second agent for it takes over.
-        name = f"labd-agent-{prefix.removeprefix('labd/')}"
-        async with session(**settings.login(), will=will, identifier=name) as client:
-            link = MqttLink(client, prefix, sealer)
+        async with session(**settings.login(), will=will,
+                           identifier=client_id(prefix, key)) as client:
+            link = MqttLink(client, prefix, sealer, opener)
             await link.publish("status", b"online")
             await client.subscribe(f"{prefix}/job", qos=1)
             yield link

@@ -247,6 +247,12 @@ class MqttBridge:
                    retained: bool) -> None:
         if kind == "job" or (kind == "status" and not payload):
             return  # our own commands to the agent; a retained status being cleared
+        if retained and kind != "status":
+            # Only a status is kept by the broker for a late subscriber; a retained report
+            # would be taken without the freshness check, so a caught one could be played.
+            self.complain(f"host {host}", f"retained {kind} message on {topic} ignored: "
+                                          "only a host's status is retained")
+            return
         if host not in self.services.hosts.hosts:
             self.complain("unknown hosts", f"message on {topic} refused: the lab has no "
                                            f"host {host!r}")

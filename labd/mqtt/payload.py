@@ -18,7 +18,9 @@ MAX_BYTES = 256 * 1024
 #: The deepest nesting a message may have. labd's own messages nest 4 deep.
 MAX_DEPTH = 32
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string, or an unclosed one to the end. Possessive, so that the scan is linear: with
+# backtracking, `"\` repeated made every quote scan to the end again (minutes for 256 KiB).
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # every byte but the brackets
 
 

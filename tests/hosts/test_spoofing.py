@@ -43,14 +43,26 @@ async def test_a_spoofed_host_failure_changes_nothing_and_a_real_one_recovers(
         ]
         for topic, payload in spoofs:
             await stranger.publish(topic, payload)
+        # h1's own report, as if caught and kept by the broker, delivered as retained (as it
+        # would be at the daemon's next start): not taken, it would skip the freshness check.
+        daemon.bus._from_host(events, "h1", "events",
+                              Sealer("h1", keys["h1"]).seal(events, report), retained=True)
+        # Too deep for the agent to read, on its command topic: refused, the agent lives on.
+        await stranger.publish(f"{prefix}/hosts/h1/job", b"[" * 40)
+        # The agent's session name is not to be guessed from its topics: a client taking
+        # it over would make the broker publish the real agent's last will.
+        root = f"{prefix}/hosts/h1"
+        async with aiomqtt.Client(*BROKER, identifier=f"labd-agent-{root.removeprefix('labd/')}"):
+            pass
         # A command after them, answered: the bridge has read every spoof by then.
         command = f"{prefix}/command/ocs1"
         await stranger.subscribe(f"{command}/result")
         await stranger.publish(command, Sealer(RIG_CLIENT, bus.credentials.clients[RIG_CLIENT])
                                .seal(command, json.dumps({"disconnect": [99]})))
         await next_message(stranger.messages, f"{command}/result")
-        assert daemon.bus.complain.count == len(spoofs)
+        assert daemon.bus.complain.count == len(spoofs) + 1  # and the retained report
         assert daemon.hosts.hosts["h1"].gpu_health(0) == "healthy"
+        assert daemon.hosts.hosts["h1"].status == "online"
         assert (job.epoch, job.members) == (epoch, members)
         assert daemon.bus.restarts == 0
 

@@ -2,6 +2,10 @@
 PayloadError, never another exception, and nothing over the limits is parsed."""
 
 import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,3 +69,27 @@ def test_the_reproductions() -> None:
         else:
             raise AssertionError(f"{raw[:20]!r} was taken")
     assert loads(json.dumps("[" * 100).encode()) == "[" * 100  # in a string: no nesting
+
+
+def test_unclosed_strings_are_read_in_one_pass() -> None:
+    """Backslash-quote pairs behind a few brackets made the string scan start again at every
+    quote: 18 s for 64 KiB, minutes at the size limit, with the bridge's loop frozen for
+    anyone on the broker. Checked in a child process, so that a relapse fails the test
+    (at the deadline, which is not a speed target: one pass takes milliseconds) instead of
+    hanging the suite."""
+    worst = [b"[" * (MAX_DEPTH + 1) + b'"\\' * (MAX_BYTES // 2 - MAX_DEPTH),
+             b"[" * (MAX_DEPTH + 1) + b'"\\"' * (MAX_BYTES // 3 - MAX_DEPTH) + b"\\"]
+    program = ("import sys\nfrom labd.mqtt.payload import check\nfrom labd.errors import "
+               "PayloadError\nfor n in sys.argv[1:]:\n    payload = open(n, 'rb').read()\n"
+               "    try:\n        check(payload)\n    except PayloadError as exc:\n"
+               "        print(exc)\n")
+    with tempfile.TemporaryDirectory() as scratch:
+        names = []
+        for i, payload in enumerate(worst):
+            assert len(payload) <= MAX_BYTES
+            (Path(scratch) / str(i)).write_bytes(payload)
+            names.append(str(Path(scratch) / str(i)))
+        done = subprocess.run([sys.executable, "-c", program, *names], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("nests") == len(worst), done.stdout
