@@ -28,8 +28,9 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import aiomqtt
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
+from labd.daemon.api.bodies import MAX_PAIRS, Port
 from labd.errors import BusError, RequestError
 from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
@@ -44,10 +45,7 @@ log = logging.getLogger(__name__)
 
 #: One warning event per sender (or kind of mistake) at most this often.
 COMPLAINT_EVERY_S = 10.0
-#: The most pairs or ports one command may name (a 1024x1024 switch's whole map).
-MAX_PAIRS = 1024
-
-Port = Annotated[StrictInt, Field(ge=1, le=2**31)]
+# The same ports, pairs and bounds as the API's bodies: one change, two ways to ask.
 Pair = tuple[Port, Port]
 
 
@@ -57,7 +55,7 @@ class Command(BaseModel):
     connect: Annotated[list[Pair], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
     disconnect: Annotated[list[Port], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
     replace: Annotated[list[Pair], Field(max_length=MAX_PAIRS)] | None = None
-    verify_light: bool = True
+    verify_light: StrictBool = True
 
 
 class Complaints:
