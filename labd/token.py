@@ -1,8 +1,8 @@
-"""The daemon's bearer token (its admin key): ``$LABD_TOKEN``, else a token file — one named
-(``--token-file``), or the one in the user's state folder (``$XDG_STATE_HOME/labd/token``),
-made on first use with mode 0600 from the start. Never a command-line value: argv is for
-every user of the machine to read (``ps``). The CLI, the TUI and HTTP agents find it the
-same way."""
+"""The daemon's bearer token (its admin key): a token file named (``--token-file``), else
+``$LABD_TOKEN``, else the token file in the user's state folder
+(``$XDG_STATE_HOME/labd/token``), made on first use with mode 0600 from the start. Never a
+command-line value: argv is for every user of the machine to read (``ps``). The CLI, the TUI
+and HTTP agents find it the same way."""
 
 from __future__ import annotations
 
@@ -38,12 +38,15 @@ def exposed(path: str | Path) -> bool:
 
 def find_token(explicit: str | None = None, *, file: str | Path | None = None
                ) -> str | None:
-    """``explicit`` (given in code, never from argv), else $LABD_TOKEN, else the token in
-    ``file``, else the token file if there is one."""
-    if explicit or os.environ.get("LABD_TOKEN"):
-        return explicit or os.environ["LABD_TOKEN"]
+    """``explicit`` (given in code, never from argv), else the token in ``file`` (one the
+    user named: it wins over the environment, as in ``labd run``), else $LABD_TOKEN, else
+    the token file if there is one."""
+    if explicit:
+        return explicit
     if file is not None:
         return read_token_file(file)
+    if os.environ.get("LABD_TOKEN"):
+        return os.environ["LABD_TOKEN"]
     path = token_path()
     return read_token_file(path) if path.exists() else None
 
