@@ -474,11 +474,13 @@ class Lab(Strict):
         problems, settled = [], set()
         for start in onward:
             trail: list[str] = []
+            on_trail: set[str] = set()  # the list keeps the order; this, a quick lookup
             node: str | None = start
-            while node in onward and node not in settled and node not in trail:
+            while node in onward and node not in settled and node not in on_trail:
                 trail.append(node)
+                on_trail.add(node)
                 node = onward[node][1]
-            if node in trail:
+            if node in on_trail:
                 circle = trail[trail.index(node):]
                 numbers = ", ".join(f"#{onward[n][0]}" for n in circle)
                 path = " -> ".join([*circle, circle[0]])

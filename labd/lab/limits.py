@@ -16,6 +16,10 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 #: The deepest nesting of tables and arrays (a lab file needs four).
 MAX_DEPTH = 16
 
+#: An id in a lab file (a host, a switch, an endpoint) and any name made to stand beside one
+#: (an MQTT client's): safe in a file name, a topic level and a Mosquitto ACL line.
+ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
 _NXM = re.compile(r"\s*([0-9]{1,9})\s*[xX]\s*([0-9]{1,9})\s*")
 _COUNT = re.compile(r"\s*([0-9]{1,9})\s*")
 

@@ -78,6 +78,15 @@ def test_fibres_light_could_not_take_are_refused(fibres: str, said: str) -> None
     assert any(said in p for p in found), found
 
 
+def test_a_long_chain_of_fibres_is_checked_in_one_pass() -> None:
+    """The review's case: the circle check looked each node up in a list (quadratic on a
+    long chain of fibres). 8,000 fibres, port to port, closing a circle at the far end."""
+    chain = "".join(fiber(f"ocs1:{i}", f"ocs1:{i + 1}") for i in range(1, 8000))
+    found = refused(HEAD + switch(size="4096x4096") + chain + fiber("ocs1:8000", "ocs1:7990"))
+    (problem,) = found
+    assert "make a circle (ocs1:7990 -> ocs1:7991" in problem and "-> ocs1:7990)" in problem
+
+
 def test_a_circle_through_endpoints_is_a_duplex_cable_not_a_mistake() -> None:
     parse_text(GOOD + fiber("a", "b") + fiber("b", "a"), "lab.toml")
 
@@ -91,6 +100,10 @@ def test_a_circle_through_endpoints_is_a_duplex_cable_not_a_mistake() -> None:
     ({"options": {"boot_mode": "WARM"}}, "option 'boot_mode'"),
     ({"options": {"error_format": "{code"}}, "option 'error_format'"),
     ({"options": {"colour": "red"}}, "unknown option(s) ['colour']"),
+    ({"options": {"sid": "x" * 21}}, "option 'sid'"),
+    ({"options": {"sid": "OCS 1"}}, "up to 20 letters, digits"),
+    ({"options": {"sid": "ocs\n;"}}, "option 'sid'"),
+    ({"options": {"sid": "é"}}, "option 'sid'"),
     ({"switch_time_ms": float("nan")}, "field 'emulator.switch_time_ms'"),
     ({"seed": -1}, "field 'emulator.seed'"),
 ])
@@ -111,8 +124,16 @@ def _toml(value: Any) -> str:
     if isinstance(value, float) and value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace(
+            "\n", "\\n") + '"'
     return repr(value).lower() if isinstance(value, bool) else repr(value)
+
+
+@pytest.mark.parametrize("sid", ["", "OCS-1", "a.b_c", "x" * 20])
+def test_a_polatis_sid_its_emulator_takes_is_taken(sid: str) -> None:
+    text = HEAD + switch(size="8x8").replace("[instrument.emulator]\n", "")
+    parse_text(text + f"[instrument.emulator]\noptions = {{ sid = {_toml(sid)} }}\n",
+               "lab.toml")
 
 
 def test_meter_and_mesh_options_are_checked_too() -> None:
