@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from labd.errors import AccessError
+from labd.files import create_private
 
 
 def token_path() -> Path:
@@ -29,11 +29,6 @@ def read_token_file(path: str | Path) -> str:
     if not token or "\n" in token:
         raise AccessError(f"token file {path} must hold the token alone, on one line")
     return token
-
-
-def exposed(path: str | Path) -> bool:
-    """Whether a file can be read by users other than its owner."""
-    return bool(os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO))
 
 
 def find_token(explicit: str | None = None, *, file: str | Path | None = None
@@ -65,10 +60,6 @@ def make_token_file(path: Path) -> str:
     0600, never widened then narrowed); if another process made it meanwhile, its token."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(24)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if not create_private(path, token + "\n"):
         return read_token_file(path)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(token + "\n")
     return token

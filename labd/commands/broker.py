@@ -41,7 +41,8 @@ def broker_config(
     `labd agent --mqtt-credentials` and `clients/NAME.toml` for each client. Every message
     a host or client sends is also signed with its key, so a spoofed or replayed message
     changes nothing even on an open broker. Files holding secrets are created mode 0600."""
-    from labd.mqtt.credentials import Credentials, read_credentials, write_private
+    from labd.files import write_private
+    from labd.mqtt.credentials import Credentials, read_credentials
     from labd.mqtt.envelope import new_key
     from labd.mqtt.mosquitto import acl, check_name, config, identity, password_line
     from labd.mqtt.topics import lab_root

@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from labd.lab.limits import MAX_PORTS_PER_SIDE, switch_size
+from instruments.switch import parse_size
+from labd.lab.limits import MAX_PORTS_PER_SIDE
 
 Text = Annotated[str, Field(max_length=128)]
 Users = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)],
@@ -46,7 +47,7 @@ class PolatisOptions(Options):
     @field_validator("size")
     @classmethod
     def _size(cls, value: str | None) -> str | None:
-        if value is not None and switch_size(value)[1] == 0:
+        if value is not None and parse_size(value)[1] == 0:
             raise ValueError(f"size {value!r}: a Polatis switch is NxM, e.g. '16x16'")
         return value
 

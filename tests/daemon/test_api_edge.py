@@ -438,6 +438,32 @@ def test_the_token_file_is_made_0600_from_its_first_byte(tmp_path: Path) -> None
     assert make_token_file(path) == token  # another's, kept as it is
 
 
+def test_private_files_are_0600_from_their_first_byte_whatever_the_umask(
+        tmp_path: Path) -> None:
+    """One helper for every secret file (tokens, MQTT credentials, the store): created
+    0600, an older file's wider mode not kept, an existing file left as it is."""
+    from labd.files import create_private, readable_by_others, write_private
+
+    before = os.umask(0)  # the widest a process could be started with
+    try:
+        assert create_private(tmp_path / "new", "secret\n")
+        assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o600
+        assert not create_private(tmp_path / "new", "other\n")  # left as it is
+        assert (tmp_path / "new").read_text() == "secret\n"
+        wide = tmp_path / "sub" / "wide"
+        wide.parent.mkdir()
+        wide.write_text("old")
+        wide.chmod(0o644)
+        assert readable_by_others(wide)
+        write_private(wide, "new")
+        assert stat.S_IMODE(wide.stat().st_mode) == 0o600 and wide.read_text() == "new"
+        assert not readable_by_others(wide)
+        write_private(tmp_path / "made" / "deep" / "file", "x")  # its folders made too
+        assert not readable_by_others(tmp_path / "made" / "deep" / "file")
+    finally:
+        os.umask(before)
+
+
 def test_a_named_token_file_wins_over_the_environment(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The review's case: ``labd tui`` and ``labd agent`` took $LABD_TOKEN over the file

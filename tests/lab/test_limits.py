@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulators.lab import KINDS
+from instruments.polatis_scpi import PolatisScpi
+from instruments.switch import parse_size
 from labd.emulation.emulators import EMULATION
 from labd.errors import LabFileError
 from labd.lab.file import Lab, load_lab, packaged_labs, parse_lab, parse_text
-from labd.lab.limits import MAX_FILE_BYTES
+from labd.lab.limits import MAX_FILE_BYTES, MAX_PORTS_PER_SIDE
 from labd.lab.options import OPTIONS
 from tests.labs import endpoint, fiber, switch
 
@@ -52,6 +54,29 @@ def test_the_good_lab_loads() -> None:
 def test_a_switch_size_is_whole_and_bounded(size: str, said: str) -> None:
     (problem,) = refused(HEAD + switch(size=size))
     assert "[[instrument]] #1 (id 'ocs1'), field 'size'" in problem and said in problem
+
+
+@pytest.mark.parametrize("size", ["-16x16", "16x16 ports", "x16x16", "99999999999x1", "0",
+                                  "4097", "16x0", "\uff11\uff16x16", " "])
+def test_the_drivers_take_sizes_as_strictly_as_the_lab_file(size: str) -> None:
+    """The review's case: the drivers' own parser took '-16x16' (as 16x16) and any number
+    of digits; the lab file and the drivers now share one parser."""
+    with pytest.raises(ValueError, match="switch size"):
+        parse_size(size)
+    with pytest.raises(ValueError, match="switch size"):
+        PolatisScpi("tcp://127.0.0.1:1", size=size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=30) | st.from_regex(r"\s*[0-9]{1,12}\s*([xX]\s*[0-9]{1,12})?\s*",
+                                                 fullmatch=True))
+def test_any_size_text_is_a_size_in_bounds_or_a_value_error(text: str) -> None:
+    try:
+        n, m = parse_size(text)
+    except ValueError as exc:
+        assert str(exc).startswith("switch size ")
+    else:
+        assert 1 <= n <= MAX_PORTS_PER_SIDE and 0 <= m <= MAX_PORTS_PER_SIDE
 
 
 def test_a_calient_size_is_bounded() -> None:
