@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import re
 import ssl
 import tomllib
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labd.errors import AccessError
+from labd.lab.limits import ID
 
 Role = Literal["viewer", "operator", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -43,10 +43,6 @@ ROLES: tuple[Role, ...] = get_args(Role)
 
 #: The body a request may carry, unless the settings say otherwise.
 DEFAULT_MAX_BODY = 1 << 20
-
-
-#: A host's id, as the lab file spells it.
-HOST_ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 def grants(held: Role, needed: Role) -> bool:
@@ -147,7 +143,7 @@ def _key(entry: Any, number: int, where: str) -> Key:
         if role is not None:
             raise AccessError(f"{at}: give a role or a host, not both (a host key may use "
                               "its host's /v1/agents/HOST/* routes and nothing else)")
-        if not isinstance(host, str) or HOST_ID.fullmatch(host) is None:
+        if not isinstance(host, str) or ID.fullmatch(host) is None:
             raise AccessError(f"{at}: host must be a host id of the lab file (a letter, "
                               "then up to 63 letters, digits, '_', '.' or '-')")
     elif role not in ROLES:
