@@ -30,7 +30,7 @@ from labd.errors import AccessError, DaemonError
 from labd.token import find_token, make_token_file, read_token_file
 from tests.commands.test_broker_config import certificates
 from tests.labs import endpoint, host, switch, write_lab
-from tests.rigs import StartRig, background_rig
+from tests.rigs import StartRig, background_rig, next_event
 
 TOKEN = "edge-admin-token"
 VIEWER, OPERATOR, ADMIN = "viewer-token-0123456789", "operator-token-0123456789", \
@@ -214,6 +214,30 @@ async def test_an_agents_routes_take_its_host_key_or_an_admin_key_alone(
                 pass
         assert refused_ws.value.response.status_code == 403
     assert rig.daemon.engine.intended["ocs1"] == {}
+
+
+async def test_a_real_agent_reports_over_http_with_its_host_key(
+        start_rig: StartRig, tmp_path: Path) -> None:
+    """``labd agent --daemon`` as a user runs it, with its own host key from a file: heard."""
+    hosts = (endpoint("h1.nic0"), host("h1", emulate=False))
+    async with start_rig("agent", switch(switch_ms=1), *hosts, token=None,
+                         api=ApiSettings(access=HOST_ACCESS)) as rig:
+        daemon = rig.daemon
+        _, sub = daemon.hub.subscribe()
+        key_file = tmp_path / "h1.key"
+        key_file.write_text(H1 + "\n")
+        key_file.chmod(0o600)
+        agent = await labd("agent", "--host", "h1", "--lab", daemon.lab.lab.name,
+                           "--daemon", daemon.url, "--token-file", str(key_file),
+                           "--backend", "emulated", "--gpus", "1")
+        try:
+            event = await next_event(sub, "gpu.health", timeout=30)
+            assert event.data["host"] == "h1"
+            assert daemon.hosts.hosts["h1"].status == "online"
+        finally:
+            agent.terminate()
+            await agent.wait()
+            sub.close()
 
 
 # -- bodies ----------------------------------------------------------------------------------
