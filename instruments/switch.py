@@ -24,7 +24,13 @@ Pair = tuple[int, int]
 CrossConnects = dict[int, int]
 """ingress (or lower) port → egress (or higher) port."""
 
-_SIZE = re.compile(r"(\d+)\s*[xX]\s*(\d+)")
+#: The most ports on one side of a switch (an NxM switch may have N and M up to this; an
+#: any-to-any switch this many in all). Larger than any switch the drivers know.
+MAX_PORTS_PER_SIDE = 4096
+
+# Nine digits at most: a longer number is refused by the pattern, never converted.
+_NXM = re.compile(r"\s*([0-9]{1,9})\s*[xX]\s*([0-9]{1,9})\s*")
+_COUNT = re.compile(r"\s*([0-9]{1,9})\s*")
 
 
 class PortState(enum.StrEnum):
@@ -55,13 +61,23 @@ class SwitchInfo:
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    """``"16x16"`` → ``(16, 16)``; ``"320"`` (any-to-any) → ``(320, 0)``."""
-    match = _SIZE.search(text)
-    if match:
-        return int(match.group(1)), int(match.group(2))
-    if text.strip().isdigit():
-        return int(text), 0
-    raise ValueError(f"switch size {text!r}: expected NxM (e.g. 16x16) or a port count")
+    """``"16x16"`` → ``(16, 16)``; ``"320"`` (any-to-any) → ``(320, 0)``. ValueError says
+    what is expected for anything else: a sign, a zero, a side beyond the bound, trailing
+    words (the whole text must be the size)."""
+    expected = (f"expected NxM with N and M whole numbers 1..{MAX_PORTS_PER_SIDE} (e.g. "
+                f"'16x16'), or a port count 1..{MAX_PORTS_PER_SIDE} (e.g. '320')")
+    match = _NXM.fullmatch(text) or _COUNT.fullmatch(text)
+    if match is None:
+        raise ValueError(f"switch size {_short(text)}: {expected}")
+    sides = tuple(int(group) for group in match.groups())
+    if not all(1 <= side <= MAX_PORTS_PER_SIDE for side in sides):
+        raise ValueError(f"switch size {_short(text)}: {expected}")
+    return (sides[0], sides[1]) if len(sides) == 2 else (sides[0], 0)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """A value quoted for a message, cut short: a message names the value, not all of it."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} chars)"
 
 
 class OpticalSwitch(Instrument):

@@ -1,17 +1,17 @@
-"""The daemon's bearer token (its admin key): ``$LABD_TOKEN``, else a token file — one named
-(``--token-file``), or the one in the user's state folder (``$XDG_STATE_HOME/labd/token``),
-made on first use with mode 0600 from the start. Never a command-line value: argv is for
-every user of the machine to read (``ps``). The CLI, the TUI and HTTP agents find it the
-same way."""
+"""The daemon's bearer token (its admin key): a token file named (``--token-file``), else
+``$LABD_TOKEN``, else the token file in the user's state folder
+(``$XDG_STATE_HOME/labd/token``), made on first use with mode 0600 from the start. Never a
+command-line value: argv is for every user of the machine to read (``ps``). The CLI, the TUI
+and HTTP agents find it the same way."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from labd.errors import AccessError
+from labd.files import create_private
 
 
 def token_path() -> Path:
@@ -31,19 +31,17 @@ def read_token_file(path: str | Path) -> str:
     return token
 
 
-def exposed(path: str | Path) -> bool:
-    """Whether a file can be read by users other than its owner."""
-    return bool(os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO))
-
-
 def find_token(explicit: str | None = None, *, file: str | Path | None = None
                ) -> str | None:
-    """``explicit`` (given in code, never from argv), else $LABD_TOKEN, else the token in
-    ``file``, else the token file if there is one."""
-    if explicit or os.environ.get("LABD_TOKEN"):
-        return explicit or os.environ["LABD_TOKEN"]
+    """``explicit`` (given in code, never from argv), else the token in ``file`` (one the
+    user named: it wins over the environment, as in ``labd run``), else $LABD_TOKEN, else
+    the token file if there is one."""
+    if explicit:
+        return explicit
     if file is not None:
         return read_token_file(file)
+    if os.environ.get("LABD_TOKEN"):
+        return os.environ["LABD_TOKEN"]
     path = token_path()
     return read_token_file(path) if path.exists() else None
 
@@ -62,10 +60,6 @@ def make_token_file(path: Path) -> str:
     0600, never widened then narrowed); if another process made it meanwhile, its token."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(24)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if not create_private(path, token + "\n"):
         return read_token_file(path)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(token + "\n")
     return token

@@ -41,8 +41,9 @@ def agent(
         help="Where the lab has no broker: the daemon's URL (http://HOST:PORT); reports go "
              "to its API.")] = None,
     token_file: Annotated[str | None, typer.Option(
-        help="With --daemon: a file holding the daemon's token, or a key of role "
-             "operator (default: $LABD_TOKEN, else the daemon's token file).")] = None,
+        help="With --daemon: a file holding this host's key (an access-file key with "
+             "host = HOST) or the daemon's token (default: $LABD_TOKEN, else the daemon's "
+             "token file).")] = None,
     backend: Annotated[str, typer.Option(
         help="auto (NVML where a driver is present, else nvidia-smi), nvml, nvidia-smi, "
              "or emulated.")] = "auto",
@@ -146,7 +147,7 @@ def _bus(url: str, credentials: str | None, instance: str | None, host: str) -> 
 
 
 def _token(file: str | None) -> str:
-    """$LABD_TOKEN, else --token-file, else the token file; the agent never makes one."""
+    """--token-file, else $LABD_TOKEN, else the token file; the agent never makes one."""
     from labd.token import find_token, token_path
 
     found = find_token(file=file)

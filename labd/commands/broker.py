@@ -19,7 +19,8 @@ def broker_config(
     instance: Annotated[str, typer.Option(
         help="The lab instance whose topics these are (labd run --instance).")] = "",
     client: Annotated[list[str] | None, typer.Option(
-        help="A client allowed to send switch commands over MQTT (repeatable).")] = None,
+        help="A client allowed to send switch commands over MQTT (repeatable): a letter, "
+             "then letters, digits, '_', '.' or '-'.")] = None,
     port: Annotated[int | None, typer.Option(
         min=1, max=65535, help="The listener port in mosquitto.conf (default: 1883, or 8883 "
                                "with TLS).")] = None,
@@ -40,9 +41,10 @@ def broker_config(
     `labd agent --mqtt-credentials` and `clients/NAME.toml` for each client. Every message
     a host or client sends is also signed with its key, so a spoofed or replayed message
     changes nothing even on an open broker. Files holding secrets are created mode 0600."""
-    from labd.mqtt.credentials import Credentials, read_credentials, write_private
+    from labd.files import write_private
+    from labd.mqtt.credentials import Credentials, read_credentials
     from labd.mqtt.envelope import new_key
-    from labd.mqtt.mosquitto import acl, config, identity, password_line
+    from labd.mqtt.mosquitto import acl, check_name, config, identity, password_line
     from labd.mqtt.topics import lab_root
 
     if (tls_cert is None) != (tls_key is None):
@@ -62,6 +64,11 @@ def broker_config(
         raise fail(str(exc)) from None
     login_root = topic_root.removeprefix("labd/")
     clients = client or ["operator"]
+    try:
+        for name_given in clients:
+            check_name("--client", name_given)
+    except BusError as exc:
+        raise fail(str(exc)) from None
     hosts = [h.id for h in loaded.host]
 
     def kept(path: Path) -> Credentials | None:

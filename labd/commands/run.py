@@ -55,8 +55,9 @@ def run_daemon(
     from labd.daemon.access import Access, ApiSettings, beyond_loopback
     from labd.emulation.rig import emulated_rig
     from labd.errors import LabdError
+    from labd.files import readable_by_others
     from labd.mqtt.credentials import BusSettings
-    from labd.token import exposed, read_token_file, token_path
+    from labd.token import read_token_file, token_path
 
     loaded = load(lab)
     try:
@@ -69,7 +70,7 @@ def run_daemon(
     except LabdError as exc:
         raise fail(str(exc)) from None
     warnings = [f"{path} can be read by other users: chmod 600 {path}"
-                for path in (token_file, access) if path is not None and exposed(path)]
+                for path in (token_file, access) if path is not None and readable_by_others(path)]
     if beyond_loopback(host) and not api.tls:
         warnings.append(f"the API listens on {host} without TLS: its keys and every answer "
                         "cross the network in clear; give --tls-cert and --tls-key")

@@ -16,6 +16,10 @@
     role = "operator"
     token = "..."               # the token itself (keep the file 0600)
 
+    [[key]]
+    host = "h1"                 # a host key: /v1/agents/h1/* and nothing else
+    token = "..."
+
 No web framework here: the daemon's settings are built from this before any server is.
 """
 
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labd.errors import AccessError
+from labd.lab.limits import ID
 
 Role = Literal["viewer", "operator", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -52,9 +57,12 @@ def digest(token: str) -> bytes:
 @dataclass(frozen=True)
 class Key:
     name: str
-    role: Role
+    role: Role | None
+    """None for a host key: it holds no role, only its host's agent routes."""
     sha256: bytes
     """The SHA-256 of the token: only digests are compared, each in constant time."""
+    host: str | None = None
+    """A host key's host: the agent of this host may use ``/v1/agents/<host>/*`` alone."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +75,25 @@ class Access:
     def role_of(self, token: str | None) -> Role | None:
         """The highest role a token holds; None for no token or an unknown one. Every key
         is compared (no early exit), so the time taken says nothing of which matched."""
+        return self.holder(token)[0]
+
+    def holder(self, token: str | None) -> tuple[Role | None, str | None]:
+        """The highest role a token holds, and the host it is a host key of (each None
+        where it holds none). Every key is compared (no early exit), so the time taken
+        says nothing of which matched."""
         if not token:
-            return None
+            return None, None
         presented = digest(token)
         found: Role | None = None
+        host: str | None = None
         for key in self.keys:
-            if hmac.compare_digest(presented, key.sha256) and (
-                    found is None or grants(key.role, found)):
+            if not hmac.compare_digest(presented, key.sha256):
+                continue
+            if key.role is not None and (found is None or grants(key.role, found)):
                 found = key.role
-        return found
+            if key.host is not None:
+                host = key.host
+        return found, host
 
     def with_token(self, token: str, role: Role = "admin", name: str = "daemon") -> Access:
         """These keys and one more (the daemon's own token, for its in-process clients)."""
@@ -114,29 +132,37 @@ def _key(entry: Any, number: int, where: str) -> Key:
         raise AccessError(f"access file {where}: key {number} is not a table")
     name = entry.get("name", f"key {number}")
     at = f"access file {where}, key {name!r}"
-    unknown = set(entry) - {"name", "role", "token", "sha256"}
+    unknown = set(entry) - {"name", "role", "host", "token", "sha256"}
     if unknown:
         raise AccessError(f"{at}: unknown field(s) {', '.join(sorted(unknown))}; expected "
-                          "name, role, and token or sha256")
+                          "name, role or host, and token or sha256")
     if not isinstance(name, str):
         raise AccessError(f"{at}: name must be a string")
-    role = entry.get("role")
-    if role not in ROLES:
-        raise AccessError(f"{at}: role must be one of {', '.join(ROLES)}, not {role!r}")
+    role, host = entry.get("role"), entry.get("host")
+    if host is not None:
+        if role is not None:
+            raise AccessError(f"{at}: give a role or a host, not both (a host key may use "
+                              "its host's /v1/agents/HOST/* routes and nothing else)")
+        if not isinstance(host, str) or ID.fullmatch(host) is None:
+            raise AccessError(f"{at}: host must be a host id of the lab file (a letter, "
+                              "then up to 63 letters, digits, '_', '.' or '-')")
+    elif role not in ROLES:
+        raise AccessError(f"{at}: role must be one of {', '.join(ROLES)}, not {role!r} "
+                          "(or give host = \"HOST\" for a host's agent)")
     token, hexdigest = entry.get("token"), entry.get("sha256")
     if (token is None) == (hexdigest is None):
         raise AccessError(f"{at}: give exactly one of token and sha256")
     if token is not None:
         if not isinstance(token, str) or len(token) < 16:
             raise AccessError(f"{at}: token must be a string of 16 characters or more")
-        return Key(name, role, digest(token))
+        return Key(name, role, digest(token), host)
     try:
         raw = bytes.fromhex(hexdigest) if isinstance(hexdigest, str) else b""
     except ValueError:
         raw = b""
     if len(raw) != hashlib.sha256().digest_size:
         raise AccessError(f"{at}: sha256 must be 64 hex digits (printf %s TOKEN | sha256sum)")
-    return Key(name, role, raw)
+    return Key(name, role, raw, host)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ from pydantic import (
 
 from instruments.address import parse_address
 from instruments.errors import AddressError
+from instruments.switch import parse_size
 from labd.errors import LabFileError
-from labd.lab.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_PORT, deepest, switch_size
+from labd.lab.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_PORT, deepest
 from labd.lab.options import option_problems
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -123,7 +124,7 @@ class SwitchEntry(InstrumentBase):
     @classmethod
     def _size(cls, value: str | None) -> str | None:
         if value is not None:
-            switch_size(value)
+            parse_size(value)
         return value
 
 
@@ -131,7 +132,7 @@ class NxMSwitch(SwitchEntry):
     @field_validator("size")
     @classmethod
     def _nxm(cls, value: str | None) -> str | None:
-        if value is not None and switch_size(value)[1] == 0:
+        if value is not None and parse_size(value)[1] == 0:
             raise ValueError(f"size {value!r}: this switch is NxM, e.g. '16x16'")
         return value
 
@@ -176,7 +177,7 @@ class CalientTl1Entry(Tl1Credentials):
     @field_validator("size")
     @classmethod
     def _count(cls, value: str | None) -> str | None:
-        if value is not None and switch_size(value)[1] != 0:
+        if value is not None and parse_size(value)[1] != 0:
             raise ValueError(f"size {value!r}: a CALIENT switch has N ports, e.g. '320'")
         return value
     ports_per_slot: int = Field(default=32, ge=1, le=128)
@@ -200,7 +201,7 @@ class MeshEntry(NxMSwitch):
     @field_validator("size")
     @classmethod
     def _power_of_two(cls, value: str) -> str:
-        n, m = switch_size(value)
+        n, m = parse_size(value)
         if n != m or n < 2 or n & (n - 1) or n > 64:
             raise ValueError(f"size {value!r}: a Beneš mesh is NxN with N a power of two, "
                              "2..64")
@@ -474,11 +475,13 @@ class Lab(Strict):
         problems, settled = [], set()
         for start in onward:
             trail: list[str] = []
+            on_trail: set[str] = set()  # the list keeps the order; this, a quick lookup
             node: str | None = start
-            while node in onward and node not in settled and node not in trail:
+            while node in onward and node not in settled and node not in on_trail:
                 trail.append(node)
+                on_trail.add(node)
                 node = onward[node][1]
-            if node in trail:
+            if node in on_trail:
                 circle = trail[trail.index(node):]
                 numbers = ", ".join(f"#{onward[n][0]}" for n in circle)
                 path = " -> ".join([*circle, circle[0]])
@@ -506,7 +509,7 @@ class Lab(Strict):
             if "switch" not in allowed:
                 return f"{node!r} is a switch port; expected a {' or '.join(allowed)}"
             if entry.size:
-                ports = sum(switch_size(entry.size))
+                ports = sum(parse_size(entry.size))
                 if not 1 <= n <= ports:
                     return f"{node!r}: {owner} has ports 1..{ports}"
             return None

@@ -5,16 +5,21 @@ option classes (a test holds them together); see docs/emulators.md."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from labd.lab.limits import MAX_PORTS_PER_SIDE, switch_size
+from instruments.switch import parse_size
+from labd.lab.limits import MAX_PORTS_PER_SIDE
 
 Text = Annotated[str, Field(max_length=128)]
 Users = Annotated[dict[Annotated[str, Field(min_length=1, max_length=64)],
                        Annotated[str, Field(max_length=128)]], Field(max_length=64)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
+#: A Polatis switch's TL1 name, as its emulator's SET-SID takes it: it heads every output
+#: block, so nothing that could break the framing; empty for none (shown as ``( nil )``).
+SID = re.compile(r"[A-Za-z0-9_.-]{0,20}", re.ASCII)
 Noise = Annotated[float, Field(ge=0, le=20)]
 
 
@@ -42,8 +47,16 @@ class PolatisOptions(Options):
     @field_validator("size")
     @classmethod
     def _size(cls, value: str | None) -> str | None:
-        if value is not None and switch_size(value)[1] == 0:
+        if value is not None and parse_size(value)[1] == 0:
             raise ValueError(f"size {value!r}: a Polatis switch is NxM, e.g. '16x16'")
+        return value
+
+    @field_validator("sid")
+    @classmethod
+    def _sid(cls, value: str) -> str:
+        if SID.fullmatch(value) is None:
+            raise ValueError(f"sid {value[:40]!r}: up to 20 letters, digits, '-', '_' or "
+                             "'.' (the switch's name in every TL1 output block), or empty")
         return value
 
     @field_validator("error_format")

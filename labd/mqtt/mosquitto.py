@@ -14,13 +14,25 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 
+from labd.errors import BusError
+from labd.lab.limits import ID
+
 #: Mosquitto 2's own password hash: PBKDF2-SHA512 (``$7$``), its default iteration count.
 ITERATIONS = 101
 
 
+def check_name(kind: str, name: str) -> str:
+    """``name`` if it may name a host or client: it becomes a file name, a login and an ACL
+    line, where a '/' or a newline would reach another file or add lines of its own."""
+    if ID.fullmatch(name) is None:
+        raise BusError(f"{kind} name {name[:40]!r} cannot be used: a name is a letter, then "
+                       "up to 63 letters, digits, '_', '.' or '-'")
+    return name
+
+
 def identity(root: str, kind: str, name: str = "") -> str:
     """The broker login of the daemon, a host or a client of a lab root."""
-    return f"{root}.{kind}" + (f".{name}" if name else "")
+    return f"{root}.{kind}" + (f".{check_name(kind, name)}" if name else "")
 
 
 def password_line(username: str, password: str) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import sqlite3
 import threading
@@ -36,6 +35,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from labd.errors import StoreError, StoreUnavailable
+from labd.files import create_private
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
 
 log = logging.getLogger(__name__)
@@ -104,13 +104,10 @@ def _create_private(path: Path) -> None:
     its -wal and -shm files the database's mode, so they are private too. An existing file
     keeps its mode."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
+        create_private(path)
     except OSError as exc:
         raise StoreError(f"cannot open store {str(path)!r}: cannot create it: "
                          f"{exc.strerror or exc}") from None
-    os.close(fd)
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -190,3 +190,27 @@ async def test_broker_config_refuses_half_a_tls_setup(tmp_path: Path) -> None:
     code, _, err = await run("broker-config", str(lab_path), "--out", str(tmp_path / "m"),
                              "--tls-cert", str(tmp_path / "nope.pem"))
     assert code != 0 and "--tls-cert and --tls-key go together" in err
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "ok\nuser evil", "a b", "+", "#", "-x",
+                                  "", "x" * 65])
+async def test_broker_config_refuses_a_client_name_it_cannot_use(tmp_path: Path,
+                                                                  name: str) -> None:
+    """The review's case: a --client name went into a file path (clients/../x.toml) and an
+    ACL 'user' line (a newline added lines of its own)."""
+    _, lab_path = write_lab(tmp_path, "names", endpoint("h1.nic0"), host("h1", emulate=False))
+    out = tmp_path / "m"
+    code, _, err = await run("broker-config", str(lab_path), "--out", str(out),
+                             "--client", "ok", "--client", name)
+    assert code != 0 and "--client name" in err and "cannot be used" in err, err
+    assert "Traceback" not in err and not out.exists()  # nothing written
+
+
+def test_the_acl_takes_no_name_that_would_add_lines() -> None:
+    from labd.errors import BusError
+    from labd.mqtt.mosquitto import acl
+
+    assert "user lab.client.ci-1" in acl("labd/lab", "lab", ["h1"], ["ci-1"])
+    for hosts, clients in ((["h1\ntopic readwrite #"], []), ([], ["c\nuser x"])):
+        with pytest.raises(BusError, match="cannot be used"):
+            acl("labd/lab", "lab", hosts, clients)

@@ -34,10 +34,12 @@ ROUTES = {
     ("GET", "/v1/reconfigurations/stats"),
 }
 #: The routes that change something, and the role each needs; every other one is a read
-#: (viewer).
+#: (viewer). An agent's routes need an admin key or the host's own key.
 OPERATOR = {(m, p) for m, p in ROUTES if m in ("POST", "PUT") and p.startswith(
-    ("/v1/switches", "/v1/circuits", "/v1/agents"))} | {("GET", "/v1/agents/{host}/commands")}
-ADMIN = {(m, p) for m, p in ROUTES if m == "POST" and p.startswith(("/v1/jobs", "/v1/drills"))}
+    ("/v1/switches", "/v1/circuits"))}
+AGENT = {(m, p) for m, p in ROUTES if p.startswith("/v1/agents")}
+ADMIN = {(m, p) for m, p in ROUTES if m == "POST" and p.startswith(("/v1/jobs", "/v1/drills"))
+         } | AGENT
 
 
 def test_the_route_table(tmp_path: Path) -> None:
@@ -51,6 +53,7 @@ def test_the_route_table(tmp_path: Path) -> None:
     roles = {key: op["x-labd-role"] for key, op in operations.items()}
     assert {key for key, role in roles.items() if role == "operator"} == OPERATOR
     assert {key for key, role in roles.items() if role == "admin"} == ADMIN
+    assert {key for key, op in operations.items() if op.get("x-labd-host") == "host"} == AGENT
     assert all(op["security"] == [{"bearer": []}] and {"401", "403"} <= set(op["responses"])
                for op in operations.values())
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"

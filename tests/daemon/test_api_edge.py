@@ -27,10 +27,10 @@ from labd.client.api import DaemonClient
 from labd.daemon.access import Access, ApiSettings, beyond_loopback
 from labd.emulation.rig import Rig
 from labd.errors import AccessError, DaemonError
-from labd.token import make_token_file, read_token_file
+from labd.token import find_token, make_token_file, read_token_file
 from tests.commands.test_broker_config import certificates
-from tests.labs import switch, write_lab
-from tests.rigs import StartRig, background_rig
+from tests.labs import endpoint, host, switch, write_lab
+from tests.rigs import StartRig, background_rig, next_event
 
 TOKEN = "edge-admin-token"
 VIEWER, OPERATOR, ADMIN = "viewer-token-0123456789", "operator-token-0123456789", \
@@ -158,6 +158,86 @@ async def test_open_reads_open_reads_only(start_rig: StartRig) -> None:
         health = schema["paths"]["/v1/health"]["get"]
         assert "security" not in health and health["x-labd-role"] == "viewer"
         assert schema["paths"]["/v1/switches/{switch}/connections"]["post"]["security"]
+
+
+H1, H2 = "host-h1-token-0123456789", "host-h2-token-0123456789"
+#: The roles' keys and two hosts' keys, the second by its digest.
+HOST_ACCESS = Access.parse({"key": [
+    *({"name": k.name, "role": k.role, "sha256": k.sha256.hex()} for k in ACCESS.keys),
+    {"name": "agent-h1", "host": "h1", "token": H1},
+    {"host": "h2", "sha256": hashlib.sha256(H2.encode()).hexdigest()}]}, "test")
+
+
+async def test_an_agents_routes_take_its_host_key_or_an_admin_key_alone(
+        start_rig: StartRig) -> None:
+    """The review's case: any operator key could post any host's events (a faked GPU
+    failure starts a failover) or take its job commands."""
+    hosts = (endpoint("h1.nic0"), endpoint("h2.nic0"), host("h1", emulate=False),
+             host("h2", emulate=False))
+    async with start_rig("agents", switch(switch_ms=1), *hosts, token=None,
+                         api=ApiSettings(access=HOST_ACCESS)) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url) as http:
+        async def post(who: str, at: str, kind: str = "heartbeat") -> httpx.Response:
+            return await http.post(f"/v1/agents/{at}/{kind}", content=b'{"gpus": []}',
+                                   headers={**bearer(who), **JSON})
+
+        async def poll(who: str, at: str) -> httpx.Response:
+            return await http.get(f"/v1/agents/{at}/commands", params={"wait_s": 0},
+                                  headers=bearer(who))
+
+        assert (await post(H1, "h1")).status_code == 202
+        assert (await poll(H1, "h1")).json() == []
+        assert (await post(H2, "h2")).status_code == 202
+        for who, at in ((H1, "h2"), (H2, "h1")):
+            refused = await post(who, at, "events")
+            assert refused.status_code == 403, refused.text
+            assert f"takes host {at}'s key or an admin key" in refused.json()["detail"]
+            assert "(this one is host " in refused.json()["detail"]
+            assert (await poll(who, at)).status_code == 403
+        assert (await post(H1, "zz")).status_code == 403  # no probing for hosts either
+        for who in (OPERATOR, VIEWER):
+            refused = await post(who, "h1", "events")
+            assert refused.status_code == 403 and "or an admin key" in refused.text
+            assert (await poll(who, "h1")).status_code == 403
+        for who in (ADMIN, rig.daemon.token):
+            assert (await post(who, "h1")).status_code == 202
+            assert (await poll(who, "h2")).status_code == 200
+        assert (await post(ADMIN, "zz")).status_code == 404  # past the edge: the route's
+        # a host key is nothing but its agent's: no switch changes, no reads, no stream
+        change = await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]},
+                                 headers=bearer(H1))
+        assert change.status_code == 403 and "nothing else" in change.json()["detail"]
+        assert (await http.get("/v1/health", headers=bearer(H1))).status_code == 403
+        ws_url = rig.daemon.url.replace("http://", "ws://") + "/v1/events"
+        with pytest.raises(websockets.InvalidStatus) as refused_ws:
+            async with websockets.connect(ws_url, additional_headers=bearer(H2)):
+                pass
+        assert refused_ws.value.response.status_code == 403
+    assert rig.daemon.engine.intended["ocs1"] == {}
+
+
+async def test_a_real_agent_reports_over_http_with_its_host_key(
+        start_rig: StartRig, tmp_path: Path) -> None:
+    """``labd agent --daemon`` as a user runs it, with its own host key from a file: heard."""
+    hosts = (endpoint("h1.nic0"), host("h1", emulate=False))
+    async with start_rig("agent", switch(switch_ms=1), *hosts, token=None,
+                         api=ApiSettings(access=HOST_ACCESS)) as rig:
+        daemon = rig.daemon
+        _, sub = daemon.hub.subscribe()
+        key_file = tmp_path / "h1.key"
+        key_file.write_text(H1 + "\n")
+        key_file.chmod(0o600)
+        agent = await labd("agent", "--host", "h1", "--lab", daemon.lab.lab.name,
+                           "--daemon", daemon.url, "--token-file", str(key_file),
+                           "--backend", "emulated", "--gpus", "1")
+        try:
+            event = await next_event(sub, "gpu.health", timeout=30)
+            assert event.data["host"] == "h1"
+            assert daemon.hosts.hosts["h1"].status == "online"
+        finally:
+            agent.terminate()
+            await agent.wait()
+            sub.close()
 
 
 # -- bodies ----------------------------------------------------------------------------------
@@ -382,6 +462,50 @@ def test_the_token_file_is_made_0600_from_its_first_byte(tmp_path: Path) -> None
     assert make_token_file(path) == token  # another's, kept as it is
 
 
+def test_private_files_are_0600_from_their_first_byte_whatever_the_umask(
+        tmp_path: Path) -> None:
+    """One helper for every secret file (tokens, MQTT credentials, the store): created
+    0600, an older file's wider mode not kept, an existing file left as it is."""
+    from labd.files import create_private, readable_by_others, write_private
+
+    before = os.umask(0)  # the widest a process could be started with
+    try:
+        assert create_private(tmp_path / "new", "secret\n")
+        assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o600
+        assert not create_private(tmp_path / "new", "other\n")  # left as it is
+        assert (tmp_path / "new").read_text() == "secret\n"
+        wide = tmp_path / "sub" / "wide"
+        wide.parent.mkdir()
+        wide.write_text("old")
+        wide.chmod(0o644)
+        assert readable_by_others(wide)
+        write_private(wide, "new")
+        assert stat.S_IMODE(wide.stat().st_mode) == 0o600 and wide.read_text() == "new"
+        assert not readable_by_others(wide)
+        write_private(tmp_path / "made" / "deep" / "file", "x")  # its folders made too
+        assert not readable_by_others(tmp_path / "made" / "deep" / "file")
+    finally:
+        os.umask(before)
+
+
+def test_a_named_token_file_wins_over_the_environment(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review's case: ``labd tui`` and ``labd agent`` took $LABD_TOKEN over the file
+    named with --token-file, where ``labd run`` took the file."""
+    from labd.agent.cli import _token
+
+    named = tmp_path / "named"
+    named.write_text("from-the-file\n")
+    monkeypatch.setenv("LABD_TOKEN", "from-the-environment")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert find_token(file=named) == "from-the-file"
+    assert _token(str(named)) == "from-the-file"
+    assert find_token() == "from-the-environment"
+    assert find_token("in-code", file=named) == "in-code"
+    with pytest.raises(AccessError, match="No such file"):  # a named file is never skipped
+        find_token(file=tmp_path / "missing")
+
+
 def test_a_token_file_that_cannot_be_used_is_a_message(tmp_path: Path) -> None:
     (tmp_path / "empty").write_text("\n")
     (tmp_path / "two").write_text("a\nb\n")
@@ -401,6 +525,8 @@ def test_an_access_file(tmp_path: Path) -> None:
     assert (access.role_of(VIEWER), access.role_of(ADMIN)) == ("viewer", "admin")
     assert access.role_of("x" * 24) is None and access.role_of(None) is None
     assert access.with_token(OPERATOR, "operator").role_of(OPERATOR) == "operator"
+    assert HOST_ACCESS.holder(H1) == (None, "h1") and HOST_ACCESS.holder(H2) == (None, "h2")
+    assert HOST_ACCESS.holder(ADMIN) == ("admin", None) and HOST_ACCESS.role_of(H1) is None
 
 
 #: Access files refused, each with the words of its message.
@@ -422,6 +548,11 @@ BAD_ACCESS: list[tuple[str, str]] = [
     ("[[key]\n", "see docs/daemon.md"),
     ("a = " + "[" * 5000 + "]" * 5000, "access file"),
     ("[[key]]\nname = 3\nrole = 'admin'\ntoken = '0123456789abcdef'", "name must be"),
+    ("[[key]]\nhost = 'h1'\nrole = 'admin'\ntoken = '0123456789abcdef'",
+     "a role or a host, not both"),
+    ("[[key]]\nhost = 'h1/../x'\ntoken = '0123456789abcdef'", "host must be a host id"),
+    ("[[key]]\nhost = 1\ntoken = '0123456789abcdef'", "host must be a host id"),
+    ("[[key]]\nhost = 'h1'", "exactly one of token and sha256"),
 ]
 
 
@@ -437,8 +568,9 @@ def test_an_access_file_that_cannot_be_used_is_a_message(tmp_path: Path, text: s
 @settings(max_examples=300, deadline=None)
 @given(data=st.dictionaries(st.sampled_from(["open_reads", "key", "keys"]),
                             st.one_of(JSONISH, st.lists(st.dictionaries(
-                                st.sampled_from(["name", "role", "token", "sha256", "x"]),
-                                JSONISH | st.sampled_from(["viewer", "admin", "a" * 64]),
+                                st.sampled_from(["name", "role", "host", "token", "sha256",
+                                                 "x"]),
+                                JSONISH | st.sampled_from(["viewer", "admin", "a" * 64, "h1"]),
                                 max_size=5), max_size=3)), max_size=3))
 def test_any_access_data_is_taken_or_refused_with_a_message(data: dict[str, Any]) -> None:
     try:

@@ -28,9 +28,14 @@ from tests.labs import meter, metered, switch
 from tests.rigs import background_rig
 
 EXAMPLES = int(os.environ.get("LABD_SCHEMA_EXAMPLES", "25"))
-ADMIN, VIEWER = "t", "viewer-token-0123456789"
+ADMIN, OPERATOR, VIEWER = "t", "operator-token-0123456789", "viewer-token-0123456789"
+HOST = "host-h1-token-0123456789"
+#: Every kind of key, so that each boundary (viewer/operator, operator/admin, a host key and
+#: the rest) is fuzzed.
 KEYS = {"admin": {"Authorization": f"Bearer {ADMIN}"},
-        "viewer": {"Authorization": f"Bearer {VIEWER}"}, "none": {}}
+        "operator": {"Authorization": f"Bearer {OPERATOR}"},
+        "viewer": {"Authorization": f"Bearer {VIEWER}"},
+        "host": {"Authorization": f"Bearer {HOST}"}, "none": {}}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 LAB = (switch(switch_ms=1, size="8x8"), meter(), metered("a", "b", 1, 9, 1))
@@ -39,7 +44,9 @@ LAB = (switch(switch_ms=1, size="8x8"), meter(), metered("a", "b", 1, 9, 1))
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_the_api_keeps_to_its_schema_whatever_it_is_sent(tmp_path: Path,
                                                          mode: GenerationMode) -> None:
-    access = Access.parse({"key": [{"role": "viewer", "token": VIEWER}]}, "test")
+    access = Access.parse({"key": [{"role": "viewer", "token": VIEWER},
+                                   {"role": "operator", "token": OPERATOR},
+                                   {"host": "h1", "token": HOST}]}, "test")
     with background_rig(tmp_path, "schema", *LAB, api=ApiSettings(access=access),
                         light_window_s=0.01) as bg:
         url = bg.daemon.url
@@ -54,7 +61,8 @@ def test_the_api_keeps_to_its_schema_whatever_it_is_sent(tmp_path: Path,
             @settings(max_examples=EXAMPLES, deadline=None, database=None,
                       suppress_health_check=list(HealthCheck))
             @given(case=operation.as_strategy(generation_mode=mode),
-                   key=st.sampled_from(["admin", "admin", "admin", "viewer", "none"]))
+                   key=st.sampled_from(["admin", "admin", "admin", "operator", "operator",
+                                        "viewer", "host", "none"]))
             def check(case: Any, key: str) -> None:
                 response = case.call(base_url=url, headers=KEYS[key])
                 statuses[response.status_code] += 1

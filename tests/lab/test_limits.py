@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulators.lab import KINDS
+from instruments.polatis_scpi import PolatisScpi
+from instruments.switch import parse_size
 from labd.emulation.emulators import EMULATION
 from labd.errors import LabFileError
 from labd.lab.file import Lab, load_lab, packaged_labs, parse_lab, parse_text
-from labd.lab.limits import MAX_FILE_BYTES
+from labd.lab.limits import MAX_FILE_BYTES, MAX_PORTS_PER_SIDE
 from labd.lab.options import OPTIONS
 from tests.labs import endpoint, fiber, switch
 
@@ -54,6 +56,29 @@ def test_a_switch_size_is_whole_and_bounded(size: str, said: str) -> None:
     assert "[[instrument]] #1 (id 'ocs1'), field 'size'" in problem and said in problem
 
 
+@pytest.mark.parametrize("size", ["-16x16", "16x16 ports", "x16x16", "99999999999x1", "0",
+                                  "4097", "16x0", "\uff11\uff16x16", " "])
+def test_the_drivers_take_sizes_as_strictly_as_the_lab_file(size: str) -> None:
+    """The review's case: the drivers' own parser took '-16x16' (as 16x16) and any number
+    of digits; the lab file and the drivers now share one parser."""
+    with pytest.raises(ValueError, match="switch size"):
+        parse_size(size)
+    with pytest.raises(ValueError, match="switch size"):
+        PolatisScpi("tcp://127.0.0.1:1", size=size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=30) | st.from_regex(r"\s*[0-9]{1,12}\s*([xX]\s*[0-9]{1,12})?\s*",
+                                                 fullmatch=True))
+def test_any_size_text_is_a_size_in_bounds_or_a_value_error(text: str) -> None:
+    try:
+        n, m = parse_size(text)
+    except ValueError as exc:
+        assert str(exc).startswith("switch size ")
+    else:
+        assert 1 <= n <= MAX_PORTS_PER_SIDE and 0 <= m <= MAX_PORTS_PER_SIDE
+
+
 def test_a_calient_size_is_bounded() -> None:
     (problem,) = refused(HEAD + switch(driver="calient-tl1", size="99999999999", user="u",
                                       password="p"))
@@ -78,6 +103,15 @@ def test_fibres_light_could_not_take_are_refused(fibres: str, said: str) -> None
     assert any(said in p for p in found), found
 
 
+def test_a_long_chain_of_fibres_is_checked_in_one_pass() -> None:
+    """The review's case: the circle check looked each node up in a list (quadratic on a
+    long chain of fibres). 8,000 fibres, port to port, closing a circle at the far end."""
+    chain = "".join(fiber(f"ocs1:{i}", f"ocs1:{i + 1}") for i in range(1, 8000))
+    found = refused(HEAD + switch(size="4096x4096") + chain + fiber("ocs1:8000", "ocs1:7990"))
+    (problem,) = found
+    assert "make a circle (ocs1:7990 -> ocs1:7991" in problem and "-> ocs1:7990)" in problem
+
+
 def test_a_circle_through_endpoints_is_a_duplex_cable_not_a_mistake() -> None:
     parse_text(GOOD + fiber("a", "b") + fiber("b", "a"), "lab.toml")
 
@@ -91,6 +125,10 @@ def test_a_circle_through_endpoints_is_a_duplex_cable_not_a_mistake() -> None:
     ({"options": {"boot_mode": "WARM"}}, "option 'boot_mode'"),
     ({"options": {"error_format": "{code"}}, "option 'error_format'"),
     ({"options": {"colour": "red"}}, "unknown option(s) ['colour']"),
+    ({"options": {"sid": "x" * 21}}, "option 'sid'"),
+    ({"options": {"sid": "OCS 1"}}, "up to 20 letters, digits"),
+    ({"options": {"sid": "ocs\n;"}}, "option 'sid'"),
+    ({"options": {"sid": "é"}}, "option 'sid'"),
     ({"switch_time_ms": float("nan")}, "field 'emulator.switch_time_ms'"),
     ({"seed": -1}, "field 'emulator.seed'"),
 ])
@@ -111,8 +149,16 @@ def _toml(value: Any) -> str:
     if isinstance(value, float) and value in (float("inf"), float("-inf")):
         return "inf" if value > 0 else "-inf"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace(
+            "\n", "\\n") + '"'
     return repr(value).lower() if isinstance(value, bool) else repr(value)
+
+
+@pytest.mark.parametrize("sid", ["", "OCS-1", "a.b_c", "x" * 20])
+def test_a_polatis_sid_its_emulator_takes_is_taken(sid: str) -> None:
+    text = HEAD + switch(size="8x8").replace("[instrument.emulator]\n", "")
+    parse_text(text + f"[instrument.emulator]\noptions = {{ sid = {_toml(sid)} }}\n",
+               "lab.toml")
 
 
 def test_meter_and_mesh_options_are_checked_too() -> None:

@@ -35,7 +35,11 @@ def needs(role: Role) -> dict[str, Any]:
     return {"openapi_extra": {"x-labd-role": role}}
 
 
-#: Changes to switches and circuits; agents' messages and command polls.
+#: Changes to switches and circuits.
 OPERATOR = needs("operator")
 #: Jobs, spares, recoveries' decisions and drills.
 ADMIN = needs("admin")
+#: An agent's messages and command polls, ``/v1/agents/{host}/...``: that host's key (an
+#: access file's ``host = "..."`` key) or an admin key; any other key may not speak for a
+#: host (an operator could otherwise fake a GPU failure and start a failover).
+AGENT: dict[str, Any] = {"openapi_extra": {"x-labd-role": "admin", "x-labd-host": "host"}}

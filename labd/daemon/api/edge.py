@@ -3,6 +3,8 @@ and before a byte of its body is read. In order:
 
 1. the key: the route's role (``x-labd-role`` in its OpenAPI; reads need ``viewer``) against
    the bearer token's — 401 without a key or with an unknown one, 403 for a role too low;
+   an agent's route (``x-labd-host``: ``/v1/agents/{host}/...``) takes that host's key or
+   an admin key, and a host key takes nothing else;
 2. the body: a ``Content-Length`` beyond the limit is 413 at once, a body that is not
    ``application/json`` 415, and the body is read counting its bytes (413 as soon as it
    passes the limit, never buffered whole), then refused 415 unless it is UTF-8 without a
@@ -44,6 +46,16 @@ def route_role(route: BaseRoute) -> Role:
     return role
 
 
+def route_host(route: BaseRoute, child: Scope) -> str | None:
+    """For an agent's route (deps.AGENT), the host it speaks for, from its path."""
+    extra = getattr(route, "openapi_extra", None) or {}
+    param = extra.get("x-labd-host")
+    if param is None:
+        return None
+    host = child.get("path_params", {}).get(param)
+    return host if isinstance(host, str) else None
+
+
 class Edge:
     """Pure ASGI middleware (module docstring); ``routes`` are the app's, to find the role
     a request needs before the app is called."""
@@ -75,36 +87,48 @@ class Edge:
         if body is not None:
             await self.app(scope, replay(body, receive), send)
 
-    def needed(self, scope: Scope) -> Role | None:
-        """The role a request needs; None where anyone may."""
+    def needed(self, scope: Scope) -> tuple[Role | None, str | None]:
+        """The role a request needs (None where anyone may), and for an agent's route the
+        host whose key may stand in for it."""
         if scope["path"] in OPEN_PATHS:
-            return None
+            return None, None
         role: Role = "viewer"
+        host: str | None = None
         partial: Role | None = None
         for route in self.routes:
-            match, _ = route.matches(scope)
+            match, child = route.matches(scope)
             if match is Match.FULL:
-                role = route_role(route)
+                role, host = route_role(route), route_host(route, child)
                 break
             if match is Match.PARTIAL and partial is None:
                 partial = route_role(route)
         else:
             role = partial or "viewer"
-        return None if role == "viewer" and self.open_reads else role
+        return (None if role == "viewer" and self.open_reads else role), host
 
     def check_key(self, scope: Scope, headers: Headers) -> tuple[int, str] | None:
-        needed = self.needed(scope)
+        needed, agent = self.needed(scope)
         if needed is None:
             return None
         token = bearer(headers)
         if token is None:
             return 401, NO_KEY
-        held = self.access.role_of(token)
-        if held is None:
+        held, host = self.access.holder(token)
+        if held is None and host is None:
             return 401, BAD_KEY
+        what = "the event stream" if scope["type"] == "websocket" else \
+            f"{scope['method']} {scope['path']}"
+        if agent is not None and host == agent:
+            return None
+        if agent is not None and held != "admin":
+            this = f"host {host}'s key" if host is not None else f"{held}'s"
+            return 403, (f"{what} takes host {agent}'s key or an admin key (this one is "
+                         f"{this}): give the agent its own host key from the daemon's "
+                         "access file (host = \"" + agent + "\")")
+        if held is None:
+            return 403, (f"{what}: a host key (host {host}'s) may use /v1/agents/{host}/* "
+                         "and nothing else; use a key with a role for this")
         if not grants(held, needed):
-            what = "the event stream" if scope["type"] == "websocket" else \
-                f"{scope['method']} {scope['path']}"
             return 403, (f"{what} needs an {needed} key (this one is {held}'s): use a key "
                          f"of role {needed} or admin from the daemon's access file")
         return None

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from labd.daemon.api.deps import OPERATOR, ServicesDep
+from labd.daemon.api.deps import AGENT, ServicesDep
 
 router = APIRouter()
 
@@ -19,7 +19,7 @@ async def hosts(services: ServicesDep) -> list[dict[str, Any]]:
     return [h.as_dict() for h in services.hosts.hosts.values()]
 
 
-@router.post("/v1/agents/{host}/{kind}", **OPERATOR, status_code=202)
+@router.post("/v1/agents/{host}/{kind}", **AGENT, status_code=202)
 async def agent_message(host: str, kind: str, request: Request,
                         services: ServicesDep) -> dict[str, Any]:
     """An agent's message where the lab has no broker: ``status``, ``heartbeat`` or
@@ -37,7 +37,7 @@ async def agent_message(host: str, kind: str, request: Request,
     return {"accepted": True}
 
 
-@router.get("/v1/agents/{host}/commands", **OPERATOR)
+@router.get("/v1/agents/{host}/commands", **AGENT)
 async def agent_commands(host: str, services: ServicesDep,
                          wait_s: Annotated[float, Query(ge=0, le=60)] = 20
                          ) -> list[dict[str, Any]]:
