@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Soak: N minutes of random circuit changes, random device faults of every kind, and random
-bad input on every interface of the daemon, on the packaged demo lab in emulation. At the
+"""Soak: N minutes of random circuit changes, random faults of every kind, and random bad
+input on every interface of the daemon, on the packaged demo lab (every instrument family)
+and, beside it, the packaged failover lab (emulated GPU hosts), both in emulation. At the
 end the faults are cleared and every switch must hold exactly what the daemon intends.
 
 What it does, each step chosen at random:
@@ -11,15 +12,21 @@ What it does, each step chosen at random:
   has: connections dropped (also mid-command, and all at once), stalls, garbage replies,
   delayed replies, failed and restored ports, meter heads gone, saturated or stuck, mesh
   heaters dead and revived;
-- bad HTTP: random bytes, wrong types, huge integers, unknown names, oversized bodies;
+- a host fault: a failover drill (a GPU's Xid 79, or a host gone silent), which the daemon
+  recovers with a spare and the drill then repairs;
+- bad HTTP: random bytes, wrong types, huge integers, unknown names, oversized bodies, and
+  agents' routes in a host's name with what no agent sends;
 - bad WebSocket traffic: random frames at the event stream;
 - bad MQTT (where a broker answers on this machine): random bytes, unsigned and mis-signed
-  commands, host reports in nobody's name, payloads too large or too deep.
+  commands, host reports in nobody's name, payloads too large, too deep or slow to scan.
 
-It prints, at the start and the end, the process's RSS and open file descriptors, and at the
-end: steps by kind, HTTP statuses, tracebacks logged (must be 0), instruments online, and
-intended = observed per switch (device truth from the emulators). Exit status 1 if any
-check fails.
+Drift left by a fault mid-change (the daemon reports it: a failed change, a drift event) is
+put back as an operator would, with a whole-map PUT of the intended map; a drift with no
+failed change behind it is reported as silent. It prints the process's RSS and open file
+descriptors at the start, each minute and at the end, and then: steps by kind, HTTP
+statuses, refusals by reason, tracebacks logged (must be 0), how the drills ended, hosts
+online, instruments online, and intended = observed per switch (device truth from the
+emulators). Exit status 1 if any check fails.
 
 Usage: python scripts/soak.py [--minutes 10] [--seed 1] [--no-mqtt]
 """
@@ -45,6 +52,7 @@ import websockets
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from labd.emulation.drill import hosts_ready
 from labd.emulation.rig import RIG_CLIENT, Rig, emulated_rig
 from labd.lab.file import load_lab
 from labd.mqtt.client import local_broker
@@ -85,8 +93,14 @@ def junk(rng: random.Random) -> Any:
 
 
 class Soak:
-    def __init__(self, rig: Rig, rng: random.Random, http: httpx.AsyncClient) -> None:
+    """``rig``: the demo lab (every instrument family); ``hosts``: the failover lab beside
+    it, whose GPU hosts are emulated, for host faults (drills) and bad host input."""
+
+    def __init__(self, rig: Rig, rng: random.Random, http: httpx.AsyncClient,
+                 hosts: Rig, hosts_http: httpx.AsyncClient) -> None:
         self.rig, self.rng, self.http = rig, rng, http
+        self.hosts, self.hosts_http = hosts, hosts_http
+        self.host_ids = [h.id for h in hosts.daemon.lab.host]
         lab = rig.daemon.lab
         self.switches = [e.id for e in lab.instrument if e.driver in (
             "polatis-scpi", "polatis-tl1", "calient-tl1", "qontrol-mesh")]
@@ -100,13 +114,14 @@ class Soak:
         self.failed: collections.Counter[str] = collections.Counter()
         self.drift_events = 0
         self.unavailable: collections.Counter[str] = collections.Counter()
+        self.drills: collections.Counter[str] = collections.Counter()
         self.reasons: collections.Counter[str] = collections.Counter()
 
     def _note(self, what: str, response: httpx.Response) -> None:
         self.statuses[response.status_code] += 1
         if response.status_code >= 500 and response.status_code != 503:
             self.server_errors.append(f"{what}: {response.status_code} {response.text[:200]}")
-        elif response.status_code == 503 or what.startswith("restore"):
+        elif response.status_code == 503 or what.startswith(("restore", "drill")):
             self.unavailable[f"{what.split()[0]} {response.status_code}: "
                              f"{response.text[:100]}"] += 1
 
@@ -170,7 +185,7 @@ class Soak:
     async def bad_http(self) -> None:
         rng = self.rng
         sw = rng.choice([*self.switches, "nope", "x" * 300, "%00"])
-        choice = rng.randrange(6)
+        choice = rng.randrange(7)
         if choice == 0:
             r = await self.http.post(f"/v1/switches/{sw}/connections",
                                      content=rng.randbytes(rng.randint(0, 2000)),
@@ -186,10 +201,26 @@ class Soak:
         elif choice == 4:
             r = await self.http.post(f"/v1/switches/{sw}/disconnect",
                                      json={"ports": junk(rng), "extra": junk(rng)})
-        else:
+        elif choice == 5:
             r = await self.http.post("/v1/circuits", json={"from": junk(rng), "to": junk(rng)})
+        else:  # an agent's route, in a host's name, with what no agent sends
+            host = rng.choice([*self.host_ids, "nope"])
+            kind = rng.choice(["events", "heartbeat", "status", "nope"])
+            body = (rng.randbytes(rng.randint(0, 2000)) if rng.random() < 0.5
+                    else json.dumps({"host": junk(rng), "gpu": junk(rng),
+                                     "health": junk(rng)}).encode())
+            r = await self.hosts_http.post(f"/v1/agents/{host}/{kind}", content=body,
+                                           headers={"Content-Type": "application/json"})
         self._note("bad http", r)
         self.steps["bad http"] += 1
+
+    async def drill(self) -> None:
+        """A host fault: a GPU fails (Xid 79) or a host goes silent; the daemon recovers the
+        job with a spare, then the drill repairs the member (refused while one runs)."""
+        kind = self.rng.choice(["gpu", "host"])
+        r = await self.hosts_http.post("/v1/drills/failover", json={"kind": kind})
+        self._note(f"drill {kind}", r)
+        self.steps[f"drill {kind} ({r.status_code})"] += 1
 
     async def bad_websocket(self) -> None:
         url = str(self.http.base_url).rstrip("/").replace("http", "ws", 1) + "/v1/events"
@@ -210,10 +241,14 @@ class Soak:
         root, rng = daemon_bus.prefix, self.rng
         sw = rng.choice(self.switches)
         command = f"{root}/command/{sw}"
-        host = rng.choice([h.id for h in self.rig.daemon.lab.host] or ["h0"])
-        choice = rng.randrange(7)
+        hosts_bus = self.hosts.daemon.bus
+        assert hosts_bus is not None
+        host, host_root = rng.choice(self.host_ids), f"{hosts_bus.prefix}/hosts"
+        choice = rng.randrange(8)
         if choice == 0:
             topic, payload = command, rng.randbytes(rng.randint(0, 3000))
+        elif choice == 7:  # unclosed strings behind brackets: a slow scan would freeze us
+            topic, payload = command, b"[" * 40 + b'"\\' * 100_000
         elif choice == 1:
             topic, payload = command, json.dumps({"token": "guess", "connect": [[1, 2]]}).encode()
         elif choice == 2:  # sealed with a key the daemon does not know
@@ -223,10 +258,10 @@ class Soak:
             sealer = Sealer(RIG_CLIENT, bus.credentials.clients[RIG_CLIENT])
             topic, payload = command, sealer.seal(command, json.dumps({"connect": junk(rng)}))
         elif choice == 4:
-            topic = f"{root}/hosts/{host}/events"
+            topic = f"{host_root}/{host}/events"  # a failure report in nobody's name
             payload = json.dumps({"host": host, "gpu": 0, "health": "failed"}).encode()
         elif choice == 5:
-            topic, payload = f"{root}/hosts/{host}/heartbeat", b'["' * 50_000
+            topic, payload = f"{host_root}/{host}/heartbeat", b'["' * 50_000
         else:
             topic, payload = command, b"x" * 300_000
         await client.publish(topic, payload)
@@ -279,6 +314,20 @@ async def settle(soak: Soak, deadline_s: float) -> dict[str, bool]:
     return verdict
 
 
+async def drills_over(soak: Soak, deadline_s: float) -> bool:
+    """Wait (with a deadline) for the last drill to end and every host to be back online
+    and healthy; whether they are."""
+    daemon = soak.hosts.daemon
+    drills = daemon.services.drills
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        task = getattr(drills, "task", None)
+        if (task is None or task.done()) and hosts_ready(daemon):
+            return True
+        await asyncio.sleep(0.5)  # polling an outcome, not synchronising: the deadline rules
+    return False
+
+
 async def restore(soak: Soak, verdict: dict[str, bool]) -> list[str]:
     """What an operator does on a drift: put the intended map back (a whole-map replacement
     through the API). Only for a switch whose changes failed while the soak ran: a drift
@@ -293,6 +342,18 @@ async def restore(soak: Soak, verdict: dict[str, bool]) -> list[str]:
         soak._note(f"restore {sw}", r)
         restored.append(sw)
     return restored
+
+
+async def count_drills(soak: Soak) -> None:
+    """How the drills ended, as the failover lab's daemon reports them."""
+    _, subscription = soak.hosts.daemon.hub.subscribe()
+    try:
+        while (event := await subscription.next()) is not None:
+            if event.kind == "drill" and event.data.get("state") in ("done", "failed"):
+                outcome = event.data.get("outcome") or event.data.get("detail") or ""
+                soak.drills[f"{event.data['state']} {str(outcome)[:80]}".strip()] += 1
+    finally:
+        subscription.close()
 
 
 async def count_failures(soak: Soak) -> None:
@@ -316,17 +377,22 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
     broker = local_broker() if use_mqtt else None
     lab = load_lab("demo")
     with tempfile.TemporaryDirectory() as scratch:
+        auth = {"Authorization": "Bearer soak"}
         async with emulated_rig(lab, db=str(Path(scratch) / "soak.sqlite"), mqtt=broker,
                                 token="soak") as rig, \
-                httpx.AsyncClient(base_url=rig.daemon.url, timeout=30,
-                                  headers={"Authorization": "Bearer soak"}) as http:
-            soak = Soak(rig, rng, http)
-            counting = asyncio.create_task(count_failures(soak))
+                emulated_rig(load_lab("failover"), db=str(Path(scratch) / "hosts.sqlite"),
+                             mqtt=broker, token="soak") as hosts_rig, \
+                httpx.AsyncClient(base_url=rig.daemon.url, timeout=30, headers=auth) as http, \
+                httpx.AsyncClient(base_url=hosts_rig.daemon.url, timeout=30,
+                                  headers=auth) as hosts_http:
+            soak = Soak(rig, rng, http, hosts_rig, hosts_http)
+            counting = [asyncio.create_task(count_failures(soak)),
+                        asyncio.create_task(count_drills(soak))]
             rss0, fds0 = rss_and_fds()
-            console.print(f"[bold]soak[/]: lab demo, {minutes:g} min, seed {seed}, MQTT "
-                          f"{broker or 'off'}; start: RSS {rss0:.0f} MiB, {fds0} fds")
+            console.print(f"[bold]soak[/]: labs demo and failover, {minutes:g} min, seed "
+                          f"{seed}, MQTT {broker or 'off'}; start: RSS {rss0:.0f} MiB, {fds0} fds")
             actions = [(soak.change, 60), (soak.fault, 10), (soak.bad_http, 15),
-                       (soak.bad_websocket, 2)]
+                       (soak.bad_websocket, 2), (soak.drill, 1)]
             client: aiomqtt.Client | None = None
             if broker is not None:
                 client = aiomqtt.Client("127.0.0.1", 1883)
@@ -337,7 +403,13 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                           TimeRemainingColumn(), console=console) as progress:
                 task = progress.add_task("soaking", total=minutes * 60)
                 started = time.monotonic()
+                minute = started + 60
+                samples: list[str] = []  # RSS and fds each minute: flat, or a leak
                 while time.monotonic() < end:
+                    if time.monotonic() >= minute:
+                        rss, fds = rss_and_fds()
+                        samples.append(f"{rss:.0f}/{fds}")
+                        minute += 60
                     action = rng.choices([a for a, _ in actions],
                                          weights=[w for _, w in actions])[0]
                     if action is None:
@@ -349,16 +421,21 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                                     description=f"soaking: {sum(soak.steps.values())} steps")
             if client is not None:
                 await client.__aexit__(None, None, None)
+            hosts = await drills_over(soak, 120)
             await soak.heal()
             verdict = await settle(soak, 60)
             drifted = {sw: soak.differences.get(sw, "") for sw, ok in verdict.items() if not ok}
             restored = await restore(soak, verdict)
             if restored:
                 verdict = await settle(soak, 60)
-            counting.cancel()
+            for task in counting:
+                task.cancel()
             rss1, fds1 = rss_and_fds()
-            refused = rig.daemon.bus.complain.count if rig.daemon.bus is not None else 0
+            refused = sum(r.daemon.bus.complain.count for r in (rig, hosts_rig)
+                          if r.daemon.bus is not None)
     console.print(f"end: RSS {rss1:.0f} MiB, {fds1} fds (start: {rss0:.0f} MiB, {fds0} fds)")
+    if samples:
+        console.print(f"each minute, RSS MiB/fds: {', '.join(samples)}")
     console.print("steps: " + ", ".join(f"{k} {v}" for k, v in sorted(soak.steps.items())))
     console.print("HTTP statuses: " + ", ".join(f"{k}: {v}"
                                                  for k, v in sorted(soak.statuses.items())))
@@ -374,12 +451,16 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
                   f"events: {soak.drift_events}")
     for reason, count in soak.reasons.most_common(8):
         console.print(f"  {count} x {reason}")
-    console.print("503s (refusals while a device or the store is unavailable) and restores:")
+    console.print("503s (refusals while a device or the store is unavailable), restores, "
+                  "drills:")
     for reason, count in soak.unavailable.most_common(8):
         console.print(f"  {count} x {reason}")
     for sw, difference in drifted.items():
         how = "restored through the API" if sw in restored else "SILENT: no failed change"
         console.print(f"  after healing, {sw} differed ({how}): {difference[:300]}")
+    console.print("drills: " + (", ".join(f"{count} {what}" for what, count
+                                          in soak.drills.most_common()) or "none ended")
+                  + f"; hosts online and healthy at the end: {'yes' if hosts else 'NO'}")
     console.print("intended = observed: " + ", ".join(
         f"{sw} {'yes' if ok else 'NO'}" for sw, ok in verdict.items()))
     for sw, ok_ in verdict.items():
@@ -387,7 +468,7 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
             console.print(f"  {sw}: {soak.differences.get(sw, '')[:600]}")
     if "offline" in soak.differences:
         console.print(f"  still offline: {soak.differences['offline']}")
-    ok = (not soak.server_errors and not tracebacks.records and bool(verdict)
+    ok = (hosts and not soak.server_errors and not tracebacks.records and bool(verdict)
           and all(verdict.values()) and len(verdict) == len(soak.switches))
     console.print("[green]soak passed[/]" if ok else "[red]soak FAILED[/]")
     return 0 if ok else 1
