@@ -96,11 +96,11 @@ class Agent:
 
     async def run(self) -> None:
         """Report until cancelled; reconnect by itself."""
-        delay = 0.1
+        delay, said = 0.1, ""
         while True:
             try:
                 async with self._connect() as link:
-                    delay = 0.1
+                    delay, said = 0.1, ""
                     self.ready.set()
                     try:
                         await self._session(link)
@@ -112,6 +112,10 @@ class Agent:
             except Exception as exc:
                 if not isinstance(exc, LinkDown):  # a fault in one session ends only that one
                     log.exception("the agent's session failed; reconnecting")
+                elif str(exc) != said:  # once per reason: a refused key must show, not spam
+                    log.warning("host %s cannot reach the daemon (%s); retrying", self.host,
+                                exc)
+                said = str(exc)
                 self.ready.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

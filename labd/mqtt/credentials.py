@@ -30,6 +30,7 @@ from typing import Any
 import tomli_w
 
 from labd.errors import BusError
+from labd.files import open_to_others, write_private
 from labd.mqtt.client import parse_url, wants_tls
 from labd.mqtt.topics import check_instance
 
@@ -78,16 +79,6 @@ class Credentials:
         write_private(path, text)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Create (or replace) ``path`` with mode 0600 from the start: no moment in which
-    another user could open it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-
-
 def _keys(path: Path, data: dict[str, Any], table: str) -> dict[str, bytes]:
     entries = data.get(table, {})
     if not isinstance(entries, dict):
@@ -126,7 +117,7 @@ def read_credentials(path: str | os.PathLike[str]) -> Credentials:
         info = file.stat()
         if info.st_size > MAX_FILE_BYTES:
             raise BusError(f"{file}: {info.st_size:,} bytes is too large for a credentials file")
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        if open_to_others(info.st_mode):
             raise BusError(f"{file}: others may read it (mode {stat.filemode(info.st_mode)}); "
                            f"it holds secrets: chmod 600 {file}")
         data = tomllib.loads(file.read_text(encoding="utf-8"))
