@@ -73,6 +73,8 @@ def test_the_api_keeps_to_its_schema_whatever_it_is_sent(tmp_path: Path,
                                     f"{str(failure)[:600]}")
 
             check()
+        print(f"schemathesis ({mode.value}): {statuses.total()} cases on {len(operations)} "
+              f"operations; statuses {dict(sorted(statuses.items()))}")
         assert not failures, "\n".join(failures[:10])
         # not vacuous: cases got past the edge, and some were turned away at it
         assert statuses[200] and statuses[401] and statuses[403], statuses
