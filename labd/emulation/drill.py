@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from rich.table import Table
 
 from instruments.errors import InstrumentError
+from labd import deadlines
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
 from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
@@ -41,9 +42,12 @@ class DrillRig(Protocol):
     def backdoor(self) -> Backdoor: ...
 
 
-async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
+async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float | str,
                    what: str | Callable[[], str]) -> Any:
-    """Wait until ``check()`` is truthy, looking again after each daemon event."""
+    """Wait until ``check()`` is truthy, looking again after each daemon event; give up
+    after ``timeout`` s (a name: that deadline of :func:`labd.deadlines.current`)."""
+    if isinstance(timeout, str):
+        timeout = deadlines.current().of(timeout)
     _, sub = hub.subscribe()
     try:
         async with asyncio.timeout(timeout):
@@ -53,7 +57,7 @@ async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
             return found
     except TimeoutError:
         said = what() if callable(what) else what
-        raise DrillError(f"timed out after {timeout:g} s waiting for {said}") from None
+        raise DrillError(deadlines.timed_out(timeout, said)) from None
     finally:
         sub.close()
 
@@ -128,7 +132,7 @@ def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
 
 
 async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = "gpu",
-                    signal: str = "xid79", timeout: float = 60,
+                    signal: str = "xid79", timeout: float | str = "recovery",
                     member: str | None = None) -> DrillResult:
     """Fail one member (``member``, or one at random) of a running job and wait for its
     recovery to end."""
@@ -161,7 +165,8 @@ async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = 
     return DrillResult(kind, member, injected, timeline, truth, host.heartbeat_s)
 
 
-async def repair(rig: DrillRig, result: DrillResult, job: str, timeout: float = 30) -> None:
+async def repair(rig: DrillRig, result: DrillResult, job: str,
+                 timeout: float | str = "hosts_online") -> None:
     """Heal (or revive) the failed member's host and give the member back as a spare."""
     daemon = rig.daemon
     where = daemon.lab.placement(result.member)
@@ -220,9 +225,10 @@ class DrillService:
         say("started", member=member)
         try:
             if daemon.jobs.job(job).status not in ACTIVE:
-                await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
+                await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online",
+                               "every host online")
                 await daemon.jobs.start_job(job)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), 60,
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), "first_step",
                            f"job {job} to take its first step")
             result = await run_drill(self.rig, job, self.rng, kind=kind, member=member)
             say("recovered" if result.timeline["outcome"] == "recovered" else "ended",

@@ -24,6 +24,18 @@ ControlOption = Annotated[str | None, typer.Option(
          "emulate prints it): ground truth beside every row, and --switch-ms.")]
 ResumeOption = Annotated[str | None, typer.Option(
     help="Go on with an interrupted run (same parameters; what it measured is kept).")]
+DeadlineScaleOption = Annotated[float | None, typer.Option(
+    min=0.01, max=100, envvar="LABD_DEADLINE_SCALE",
+    help="Multiply every wait on another process or the lab (emulators starting, hosts "
+         "online, a job's first step, a recovery) by this; 3 on a loaded machine. "
+         "Default 1 (docs/emulators.md, Deadlines).")]
+
+
+def use_deadlines(scale: float | None) -> None:
+    """Set this run's deadlines from --deadline-scale (or $LABD_DEADLINE_SCALE)."""
+    from labd import deadlines
+
+    deadlines.use(deadlines.Deadlines.from_env(scale))
 
 
 def timing_model(switch_ms: float | None, jitter_ms: float, *, emulated: bool
