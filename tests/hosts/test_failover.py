@@ -131,7 +131,8 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
         # Kept: the store (through the API), MQTT, and what a restarted daemon reloads.
         async with httpx.AsyncClient(base_url=daemon.url) as api:
             rows = (await api.get("/v1/failovers", params={"job": "ring4"})).json()
-            assert [(r["id"], r["outcome"]) for r in rows] == [(timeline["id"], "recovered")]
+            assert [(r["id"], r["outcome"]) for r in rows] == [
+                (timeline["id"], "recovered")], rows
             assert rows[0]["stages"] == stages and rows[0]["plan"]["spare"] == "s0.nic0"
             one = (await api.get(f"/v1/failovers/{timeline['id']}")).json()
             assert one["since_failure_ms"]["first_step"] > 0
