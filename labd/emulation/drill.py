@@ -73,8 +73,20 @@ def hosts_ready(daemon: Daemon) -> bool:
     return True
 
 
+#: A job in one of these, with no failure waiting for its recovery, takes no step until
+#: someone acts: waiting longer for one would only wait out the deadline.
+STALLED = ("idle", "stopped", "degraded")
+
+
 def job_stepping(daemon: Daemon, job: str) -> bool:
+    """Every rank of the job has taken a step; raises DrillError when the job is in a state
+    it will not step from (stopped, or degraded by a recovery that could not be made)."""
     state = daemon.jobs.job(job)
+    if state.status in STALLED and state.queue.empty() and state.decision is None:
+        raise DrillError(f"job {job} is {state.status} and will take no step until someone "
+                         f"acts (epoch {state.epoch}, members {', '.join(state.members)}, "
+                         f"spares {', '.join(state.spares) or 'none'}; GET /v1/failovers "
+                         "says why)")
     return state.status == "running" and all(
         "step" in state.progress.get(rank, {}) for rank in range(len(state.members)))
 
