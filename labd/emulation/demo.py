@@ -191,8 +191,10 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
                 continue
             path, meter = paths[0], meters[paths[0].meter]
             mesh = type(switch).driver == "qontrol-mesh"
-            # A mesh settles in tens of µs: log finer and over a shorter window.
-            window = 0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000)
+            # A mesh settles in tens of µs: log finer and over a shorter window (20 ms for
+            # the command to get there, longer where the deadlines are scaled up).
+            window = (deadlines.current().times(0.02) if mesh
+                      else max(0.15, lab.light_window_ms(switch.name) / 1000))
             resolution = log_resolution(window, 1e-5 if mesh else 1e-4)
             task = progress.add_task(f"light on {switch.name}", total=events)
 
