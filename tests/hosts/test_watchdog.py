@@ -1,13 +1,18 @@
-"""The lost-host watchdog on a loaded machine: silence the daemon could not hear (its
-process got no CPU) is not the host's, and a host that did stop is still declared lost."""
+"""Hosts on a loaded machine: silence the daemon could not hear (its process got no CPU) is
+not the host's, a host that did stop is still declared lost, and a rank's reports stay in
+order while the estimate of its host's clock gets better."""
 
 import asyncio
 import contextlib
 import json
 import time
+from pathlib import Path
 
 from labd.events import EventHub
+from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import MISSED, SETTLE_S, HostMonitor
+from labd.lab.file import load_lab
+from tests.labs import ring_lab, write_lab
 
 INTERVAL_S = 0.2
 
@@ -45,3 +50,28 @@ async def test_a_stalled_daemon_does_not_call_its_hosts_lost() -> None:
         watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watchdog
+
+
+def test_a_ranks_progress_stays_in_order_as_its_hosts_clock_offset_improves(
+        tmp_path: Path) -> None:
+    lab = load_lab(str(write_lab(tmp_path, "order", ring_lab())[1]))
+    hub = EventHub()
+    monitor = HostMonitor(hub, [h.id for h in lab.host])
+    jobs = JobManager(lab, None, monitor, hub, None, None)  # type: ignore[arg-type]
+    monitor.listen(jobs)
+    state = jobs.job("ring4")
+    state.epoch = 1
+    now = time.monotonic_ns()
+
+    def report(progress: str, at_ns: int, sent_ns: int) -> None:
+        assert monitor.handle("h0", "events", json.dumps({
+            "job": "ring4", "epoch": 1, "rank": 0, "progress": progress, "at_ns": at_ns,
+            "sent_ns": sent_ns}).encode()) is None
+
+    # The first report took 50 ms to arrive (the offset is taken as 50 ms), the next 1 ms:
+    # "ready" 20 ms after "started" by the agent's clock would be dated 29 ms before it.
+    started = now - 50_000_000
+    report("started", started, started)
+    report("ready", started + 20_000_000, now - 1_000_000)
+    seen = state.progress[0]
+    assert seen["started"] <= seen["ready"]
