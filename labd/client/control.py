@@ -81,6 +81,8 @@ class Backdoor:
 
 #: How much of a ``labd emulate`` process's stderr is kept to explain its end.
 STDERR_TAIL = 40
+#: How long ``labd emulate`` has to stop on SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -98,7 +100,12 @@ class EmulatorProcess:
     async def stop(self) -> None:
         if self.process.returncode is None:
             self.process.terminate()
-            await self.process.wait()
+            try:
+                async with asyncio.timeout(deadlines.current().times(STOP_GRACE_S)):
+                    await self.process.wait()
+            except TimeoutError:  # it does not answer SIGTERM: it is stuck
+                self.process.kill()
+                await self.process.wait()
         for reader in self.readers:
             reader.cancel()
         await asyncio.gather(*self.readers, return_exceptions=True)

@@ -106,6 +106,7 @@ def test_the_commands_take_a_deadline_scale() -> None:
         result = runner.invoke(app, args)
         assert result.exit_code == 2, result.output
         assert "--deadline-scale" in result.output
-    result = runner.invoke(app, ["measure", "reconfig", "--rounds", "1"],
-                           env={SCALE_ENV: "soon"})
-    assert result.exit_code == 2 and "--deadline-scale" in result.output
+    for raw in ("soon", "nan", "-3"):
+        result = runner.invoke(app, ["measure", "reconfig", "--rounds", "1"],
+                               env={SCALE_ENV: raw})
+        assert result.exit_code == 2 and "--deadline-scale" in result.output, raw

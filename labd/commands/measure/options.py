@@ -34,8 +34,12 @@ DeadlineScaleOption = Annotated[float | None, typer.Option(
 def use_deadlines(scale: float | None) -> None:
     """Set this run's deadlines from --deadline-scale (or $LABD_DEADLINE_SCALE)."""
     from labd import deadlines
+    from labd.errors import LabdError
 
-    deadlines.use(deadlines.Deadlines.from_env(scale))
+    try:
+        deadlines.use(deadlines.Deadlines.from_env(scale))
+    except LabdError as exc:  # nan gets past typer's bounds
+        raise fail(f"--deadline-scale: {exc}") from None
 
 
 def timing_model(switch_ms: float | None, jitter_ms: float, *, emulated: bool
