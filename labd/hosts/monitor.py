@@ -205,38 +205,59 @@ class HostMonitor:
 
         Silence the daemon could not hear is not the host's: when this loop wakes later
         than it asked (a loaded machine gave the process no CPU, or the loop was busy), that
-        lateness is added to every host's allowance until its next heartbeat, and a host
-        past its deadline gets one more look once the messages already received are read."""
-        deaf: dict[str, tuple[int, int]] = {}  # host: (its last heartbeat, ns not heard)
+        lateness is added to every host's allowance until its next heartbeat; so is the
+        delay its recent heartbeats took to arrive (a busy broker), up to one more
+        allowance; and a host past its deadline gets one more look once the messages
+        already received are read."""
+        watches: dict[str, _Watch] = {}
         planned = time.monotonic_ns()
         while True:
             now = time.monotonic_ns()
             late = max(0, now - planned - LATE_NS)
-            due: list[tuple[HostState, int]] = []
+            due: list[int] = []
             overdue: list[tuple[HostState, int]] = []
             for state in self.hosts.values():
                 last = state.last_sent_ns or state.last_beat_ns
                 if state.status != "online" or last is None or not state.interval_s:
-                    deaf.pop(state.id, None)
+                    watches.pop(state.id, None)
                     continue
-                since, missed = deaf.get(state.id, (last, 0))
-                missed = (0 if since != last else missed) + late
-                deaf[state.id] = (last, missed)
-                deadline = last + int(MISSED * state.interval_s * 1e9) + missed
-                (overdue if now >= deadline else due).append((state, deadline))
+                watch = watches.get(state.id)
+                if watch is None or watch.last != last:
+                    lag = max(0, (state.last_beat_ns or last) - last)
+                    watch = watches[state.id] = _Watch(
+                        last, slow_ns=max(lag, watch.slow_ns // 2 if watch else 0))
+                watch.deaf_ns += late
+                allowance = int(MISSED * state.interval_s * 1e9)
+                deadline = last + allowance + watch.deaf_ns + min(watch.slow_ns, allowance)
+                if now >= deadline:
+                    overdue.append((state, last))
+                else:
+                    due.append(deadline)
             if overdue:
                 # What the bridge has received but not yet handed over is read first.
                 await asyncio.sleep(SETTLE_S)
-                for state, _ in overdue:
-                    if (state.last_sent_ns or state.last_beat_ns) == deaf[state.id][0] \
+                for state, last in overdue:
+                    if (state.last_sent_ns or state.last_beat_ns) == last \
                             and state.status == "online":
                         self._set_status(state, "lost")
                 now = time.monotonic_ns()
             # Look again at the earliest deadline (a heartbeat meanwhile only moves it on).
-            wait_ns = min((d for _, d in due), default=now + 1_000_000_000) - now
+            wait_ns = min(due, default=now + 1_000_000_000) - now
             wait_s = min(max(wait_ns / 1e9, 0.001), 1.0)
             planned = now + int(wait_s * 1e9)
             await asyncio.sleep(wait_s)
+
+
+@dataclass
+class _Watch:
+    """The watchdog's view of one host since its last heartbeat."""
+
+    last: int
+    """When that heartbeat was sent (daemon clock)."""
+    deaf_ns: int = 0
+    """How much later than planned the watchdog woke since: time it could not listen."""
+    slow_ns: int = 0
+    """How late heartbeats have been arriving lately (halved at each new one)."""
 
 
 class CommandQueues:

@@ -64,6 +64,11 @@ def final(rig: Rig, member: str, seen: list[dict[str, Any]]) -> Any:
     return check
 
 
+def told(seen: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """What a failing test says of the recoveries it saw."""
+    return [(t["member"], t["trigger"], t["outcome"], t["detail"]) for t in seen]
+
+
 async def collect(rig: Rig, seen: list[dict[str, Any]]) -> None:
     _, sub = rig.daemon.hub.subscribe()
     try:
@@ -200,7 +205,11 @@ async def test_a_failure_during_recovery_then_no_spare_left(start_rig: StartRig)
             state = daemon.jobs.job("ring4")
             assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
             circuits_hold_the_ring(rig, state.members)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), within(30), "steps")
+            try:
+                await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), within(30),
+                               "steps")
+            except DrillError as exc:
+                raise AssertionError(f"{exc}; the failovers: {told(seen)}") from None
 
             # A third failure finds no spare: recorded, the job degraded, nothing moved.
             intended = dict(daemon.engine.intended["ocs1"])

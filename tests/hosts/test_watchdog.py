@@ -17,8 +17,9 @@ from tests.labs import ring_lab, write_lab
 INTERVAL_S = 0.2
 
 
-def beat(monitor: HostMonitor) -> int:
-    sent = time.monotonic_ns()
+def beat(monitor: HostMonitor, sent: int | None = None) -> int:
+    """A heartbeat from host a, sent at ``sent`` (default now) and read now."""
+    sent = time.monotonic_ns() if sent is None else sent
     problem = monitor.handle("a", "heartbeat", json.dumps({
         "gpus": [{"index": 0, "health": "healthy"}], "interval_s": INTERVAL_S,
         "sent_ns": sent}).encode())
@@ -46,6 +47,32 @@ async def test_a_stalled_daemon_does_not_call_its_hosts_lost() -> None:
         assert event is not None and event.kind == "host.lost"
         assert late and event.data["last_sent_ns"] >= late[0]
         assert monitor.hosts["a"].status == "lost"
+    finally:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
+
+
+async def test_heartbeats_a_busy_broker_delivers_late_do_not_lose_the_host() -> None:
+    hub = EventHub()
+    monitor = HostMonitor(hub, ["a"])
+    _, sub = hub.subscribe()
+    beat(monitor)  # delivered at once: the clock offset is taken from it
+    watchdog = asyncio.create_task(monitor.run())
+    try:
+        # Then the broker gets slow: heartbeats still leave every interval but arrive
+        # 0.75 intervals late, past the allowance of 1.5 intervals counted from the last.
+        lag = int(0.75 * INTERVAL_S * 1e9)
+        last = beat(monitor, time.monotonic_ns() - lag)
+        late: list[int] = []
+        asyncio.get_running_loop().call_later(
+            (last + INTERVAL_S * 1e9 + lag - time.monotonic_ns()) / 1e9,
+            lambda: late.append(beat(monitor, last + int(INTERVAL_S * 1e9))))
+        async with asyncio.timeout(30):
+            while (event := await sub.next()) is not None and event.kind != "host.lost":
+                pass
+        assert event is not None and event.kind == "host.lost"
+        assert late and event.data["last_sent_ns"] >= late[0]  # lost after the late beat
     finally:
         watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
