@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
+from typing import Literal
 
 from labd.errors import LabdError
 
 #: The environment variable that multiplies every deadline (CI on a shared machine).
 SCALE_ENV = "LABD_DEADLINE_SCALE"
+#: The waits a deadline is kept for (the fields of :class:`Deadlines`).
+Wait = Literal["process_ready", "hosts_online", "first_step", "recovery", "resync",
+               "control_call"]
 #: Beyond this a typo (1000 for 10) would leave a stuck run waiting for days.
 MAX_SCALE = 100.0
 
@@ -45,9 +49,9 @@ class Deadlines:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.scale) and 0 < self.scale <= MAX_SCALE):
             raise LabdError(f"deadline scale {self.scale!r}: expected a number above 0 and "
-                              f"at most {MAX_SCALE:g} (1 is the default; 3 on a loaded machine)")
+                            f"at most {MAX_SCALE:g} (1 is the default; 3 on a loaded machine)")
 
-    def of(self, wait: str) -> float:
+    def of(self, wait: Wait) -> float:
         """The deadline for ``wait`` (a field's name), scaled, in seconds."""
         base: float = getattr(self, wait)
         return base * self.scale
@@ -55,9 +59,6 @@ class Deadlines:
     def times(self, seconds: float) -> float:
         """Any other wait of ``seconds`` on this run's scale (a test's own limits)."""
         return seconds * self.scale
-
-    def scaled(self, scale: float) -> Deadlines:
-        return replace(self, scale=scale)
 
     @classmethod
     def from_env(cls, scale: float | None = None) -> Deadlines:
@@ -69,12 +70,12 @@ class Deadlines:
                     scale = float(raw)
                 except ValueError:
                     raise LabdError(f"{SCALE_ENV}={raw[:40]!r}: expected a number such as "
-                                      "3 (every deadline times 3)") from None
+                                    "3 (every deadline times 3)") from None
         return cls() if scale is None else cls(scale=scale)
 
     def summary(self) -> str:
-        return ", ".join(f"{f.name} {self.of(f.name):g} s" for f in fields(self)
-                         if f.name != "scale")
+        return ", ".join(f"{f.name} {getattr(self, f.name) * self.scale:g} s"
+                         for f in fields(self) if f.name != "scale")
 
 
 _current: Deadlines | None = None

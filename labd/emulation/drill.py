@@ -23,6 +23,7 @@ from instruments.errors import InstrumentError
 from labd import deadlines
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
+from labd.deadlines import Wait
 from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
 from labd.events import EventHub
 from labd.vocabulary import ACTIVE, STAGES
@@ -42,7 +43,7 @@ class DrillRig(Protocol):
     def backdoor(self) -> Backdoor: ...
 
 
-async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float | str,
+async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float | Wait,
                    what: str | Callable[[], str]) -> Any:
     """Wait until ``check()`` is truthy, looking again after each daemon event; give up
     after ``timeout`` s (a name: that deadline of :func:`labd.deadlines.current`)."""
@@ -144,7 +145,7 @@ def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
 
 
 async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = "gpu",
-                    signal: str = "xid79", timeout: float | str = "recovery",
+                    signal: str = "xid79", timeout: float | Wait = "recovery",
                     member: str | None = None) -> DrillResult:
     """Fail one member (``member``, or one at random) of a running job and wait for its
     recovery to end."""
@@ -178,7 +179,7 @@ async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = 
 
 
 async def repair(rig: DrillRig, result: DrillResult, job: str,
-                 timeout: float | str = "hosts_online") -> None:
+                 timeout: float | Wait = "hosts_online") -> None:
     """Heal (or revive) the failed member's host and give the member back as a spare."""
     daemon = rig.daemon
     where = daemon.lab.placement(result.member)
