@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -11,9 +12,31 @@ import pytest
 
 from emulators import EmulatedLab, EmulatorSpec
 from emulators.lab import ServeSpec
+from labd import deadlines
+from labd.deadlines import SCALE_ENV
 from tests.rigs import StartRig, rig_on
 
 FAST = {"switch_time_ms": 2.0, "jitter_ms": 0.5}
+
+# Two cores shared with other work make every process slow at once: the suite's waits (and
+# those of the labd processes it starts, which inherit the environment) are three times
+# the defaults unless the environment says otherwise. Waits end on evidence; a deadline
+# only bounds how long a broken one hangs.
+os.environ.setdefault(SCALE_ENV, "3")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's backstop (the ini's ``timeout`` or a test's own mark) on the same
+    scale as the deadlines."""
+    scale = deadlines.current().scale
+    if scale == 1:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        seconds = float(mark.args[0]) if mark is not None and mark.args else default
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
 
 
 @pytest.fixture

@@ -8,20 +8,25 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from labd import deadlines
 from labd.client.api import call_json
 from labd.errors import BackdoorError
 
 
 class Backdoor:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, timeout: float | None = None) -> None:
+        """``timeout``: per request, in s (default: the ``control_call`` deadline)."""
         self.url = url
-        self._http = httpx.AsyncClient(base_url=url, timeout=30)
+        self._http = httpx.AsyncClient(
+            base_url=url,
+            timeout=deadlines.current().of("control_call") if timeout is None else timeout)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -74,37 +79,97 @@ class Backdoor:
         await self._call("POST", f"/v1/hosts/{host}/revive")
 
 
+#: How much of a ``labd emulate`` process's stderr is kept to explain its end.
+STDERR_TAIL = 40
+#: How long ``labd emulate`` has to stop on SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
+
+
 @dataclass
 class EmulatorProcess:
-    """``labd emulate`` running in its own process."""
+    """``labd emulate`` running in its own process. Its output is read for as long as it
+    runs (a child whose pipe is full stops in its next write), the last lines of its stderr
+    kept for the message should it fail."""
 
     process: asyncio.subprocess.Process
     endpoints: dict[str, str]
     control: str
+    readers: list[asyncio.Task[None]] = field(default_factory=list)
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
 
     async def stop(self) -> None:
         if self.process.returncode is None:
             self.process.terminate()
-            await self.process.wait()
+            try:
+                async with asyncio.timeout(deadlines.current().times(STOP_GRACE_S)):
+                    await self.process.wait()
+            except TimeoutError:  # it does not answer SIGTERM: it is stuck
+                self.process.kill()
+                await self.process.wait()
+        for reader in self.readers:
+            reader.cancel()
+        await asyncio.gather(*self.readers, return_exceptions=True)
 
 
-async def spawn_emulators(lab: str | Path, *, timeout: float = 60,
+async def _drain(stream: asyncio.StreamReader | None, keep: deque[str] | None) -> None:
+    if stream is None:
+        return
+    while line := await stream.readline():
+        if keep is not None:
+            keep.append(line.decode(errors="replace").rstrip())
+
+
+async def spawn_emulators(lab: str | Path, *, timeout: float | None = None,
                           mqtt: str | None = None) -> EmulatorProcess:
     """Start ``labd emulate LAB`` (with its emulated hosts reporting to ``mqtt``) and wait
-    for its ready line."""
+    for its ready line, up to ``timeout`` s (default: the ``process_ready`` deadline)."""
+    timeout = deadlines.current().of("process_ready") if timeout is None else timeout
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "labd", "emulate", str(lab), *(["--mqtt", mqtt] if mqtt else []),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert process.stdout is not None
-    endpoints: dict[str, str] = {}
-    async with asyncio.timeout(timeout):
-        while True:
-            line = await process.stdout.readline()
-            if not line:
-                error = (await process.stderr.read()).decode() if process.stderr else ""
-                raise BackdoorError(f"labd emulate {lab} exited before it was ready: {error}")
+    spawned = EmulatorProcess(process, {}, "")
+    spawned.readers.append(asyncio.create_task(_drain(process.stderr, spawned.stderr),
+                                               name="labd-emulate-stderr"))
+    try:
+        async with asyncio.timeout(timeout):
+            await _ready(process.stdout, spawned, lab)
+    except TimeoutError:
+        await spawned.stop()
+        raise BackdoorError(deadlines.timed_out(timeout, f"labd emulate {lab} to print its "
+                                                         "ready line")
+                            + _tail(spawned)) from None
+    except BaseException:
+        await spawned.stop()
+        raise
+    spawned.readers.append(asyncio.create_task(_drain(process.stdout, None),
+                                               name="labd-emulate-stdout"))
+    return spawned
+
+
+async def _ready(stdout: asyncio.StreamReader, spawned: EmulatorProcess, lab: str | Path
+                 ) -> None:
+    while True:
+        line = await stdout.readline()
+        if not line:
+            await spawned.process.wait()
+            # Its stderr to the end: why it stopped.
+            await asyncio.gather(*spawned.readers, return_exceptions=True)
+            raise BackdoorError(f"labd emulate {lab} exited (status "
+                                f"{spawned.process.returncode}) before it was ready"
+                                + _tail(spawned))
+        try:
             data = json.loads(line)
-            if data.get("ready"):
-                return EmulatorProcess(process, endpoints, data["control"])
-            if data.get("driver") != "agent":  # emulated hosts have no address
-                endpoints[data["id"]] = data["endpoint"]
+        except ValueError:
+            continue  # not an announcement (a library's print); the JSON lines are
+        if not isinstance(data, dict):
+            continue
+        if data.get("ready"):
+            spawned.control = str(data["control"])
+            return
+        if data.get("driver") != "agent":  # emulated hosts have no address
+            spawned.endpoints[str(data["id"])] = str(data["endpoint"])
+
+
+def _tail(spawned: EmulatorProcess) -> str:
+    return (": " + "\n".join(spawned.stderr)) if spawned.stderr else ""

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from labd.commands.common import console, fail, load
+from labd.commands.measure.options import DeadlineScaleOption, use_deadlines
 from labd.errors import LabdError
 from labd.runtime import run
 
@@ -36,6 +37,7 @@ def demo(
                                       help="API port with --serve.")] = 8470,
     failover: Annotated[bool, typer.Option(help="Run the failover drill (it needs an MQTT "
                                                 "broker).")] = True,
+    deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Run the packaged demo lab in emulation with the daemon on it: reconfigure every
     switch through the daemon, print a report of every phase set against the emulators'
@@ -43,6 +45,7 @@ def demo(
     from instruments.errors import InstrumentError
     from labd.emulation.demo import failover_drill, run_demo
 
+    use_deadlines(deadline_scale)
     loaded = load(lab)
     drill = failover_drill(console, mqtt, seed)
     try:

@@ -28,12 +28,14 @@ from instruments.errors import InstrumentError
 from instruments.events import EventQueue
 from instruments.meter import MeterInfo, PowerMeter
 from instruments.switch import OpticalSwitch, SwitchInfo
+from labd import deadlines
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import timeline_table
 from labd.emulation.failover import measure_failover
 from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
+from labd.errors import DrillError
 from labd.fabric.engine import Result, log_resolution
 from labd.lab.file import Lab, load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
@@ -189,8 +191,10 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
                 continue
             path, meter = paths[0], meters[paths[0].meter]
             mesh = type(switch).driver == "qontrol-mesh"
-            # A mesh settles in tens of µs: log finer and over a shorter window.
-            window = 0.02 if mesh else max(0.15, lab.light_window_ms(switch.name) / 1000)
+            # A mesh settles in tens of µs: log finer and over a shorter window (20 ms for
+            # the command to get there, longer where the deadlines are scaled up).
+            window = (deadlines.current().times(0.02) if mesh
+                      else max(0.15, lab.light_window_ms(switch.name) / 1000))
             resolution = log_resolution(window, 1e-5 if mesh else 1e-4)
             task = progress.add_task(f"light on {switch.name}", total=events)
 
@@ -264,6 +268,7 @@ async def _fault_drill(switch: OpticalSwitch, backdoor: Backdoor, console: Conso
     console.print(f"\n[bold]Fault drill[/] on {switch.name}: the link is cut mid-command "
                   "(the switch carries the command out, the reply never comes)")
     events = EventQueue(switch)
+    wait = deadlines.current().of("resync")
     await backdoor.inject(switch.name, {"kind": "drop", "apply": True})
     pair = _pairs(switch, 1, random.Random(7))
     start = time.monotonic_ns()
@@ -273,7 +278,10 @@ async def _fault_drill(switch: OpticalSwitch, backdoor: Backdoor, console: Conso
     except InstrumentError as exc:
         console.print(f"  command failed as expected: {exc}")
     try:
-        resync = await events.next("resync", timeout=10)
+        resync = await events.next("resync", timeout=wait)
+    except TimeoutError:
+        raise DrillError(deadlines.timed_out(wait, f"{switch.name} to reconnect and "
+                                                   "resynchronise")) from None
     finally:
         events.close()
     took = (resync.at_ns - start) / 1e6

@@ -20,8 +20,10 @@ from typing import Any, Protocol
 from rich.table import Table
 
 from instruments.errors import InstrumentError
+from labd import deadlines
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
+from labd.deadlines import Wait
 from labd.errors import DrillBusy, DrillError, JobError, LabdError, RequestError
 from labd.events import EventHub
 from labd.vocabulary import ACTIVE, STAGES
@@ -41,9 +43,12 @@ class DrillRig(Protocol):
     def backdoor(self) -> Backdoor: ...
 
 
-async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
+async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float | Wait,
                    what: str | Callable[[], str]) -> Any:
-    """Wait until ``check()`` is truthy, looking again after each daemon event."""
+    """Wait until ``check()`` is truthy, looking again after each daemon event; give up
+    after ``timeout`` s (a name: that deadline of :func:`labd.deadlines.current`)."""
+    if isinstance(timeout, str):
+        timeout = deadlines.current().of(timeout)
     _, sub = hub.subscribe()
     try:
         async with asyncio.timeout(timeout):
@@ -53,7 +58,7 @@ async def wait_for(hub: EventHub, check: Callable[[], Any], timeout: float,
             return found
     except TimeoutError:
         said = what() if callable(what) else what
-        raise DrillError(f"timed out after {timeout:g} s waiting for {said}") from None
+        raise DrillError(deadlines.timed_out(timeout, said)) from None
     finally:
         sub.close()
 
@@ -69,8 +74,20 @@ def hosts_ready(daemon: Daemon) -> bool:
     return True
 
 
+#: A job in one of these, with no failure waiting for its recovery, takes no step until
+#: someone acts: waiting longer for one would only wait out the deadline.
+STALLED = ("idle", "stopped", "degraded")
+
+
 def job_stepping(daemon: Daemon, job: str) -> bool:
+    """Every rank of the job has taken a step; raises DrillError when the job is in a state
+    it will not step from (stopped, or degraded by a recovery that could not be made)."""
     state = daemon.jobs.job(job)
+    if state.status in STALLED and state.queue.empty() and state.decision is None:
+        raise DrillError(f"job {job} is {state.status} and will take no step until someone "
+                         f"acts (epoch {state.epoch}, members {', '.join(state.members)}, "
+                         f"spares {', '.join(state.spares) or 'none'}; GET /v1/failovers "
+                         "says why)")
     return state.status == "running" and all(
         "step" in state.progress.get(rank, {}) for rank in range(len(state.members)))
 
@@ -128,7 +145,7 @@ def _failover_done(daemon: Daemon, job: str, member: str, since_seq: int
 
 
 async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = "gpu",
-                    signal: str = "xid79", timeout: float = 60,
+                    signal: str = "xid79", timeout: float | Wait = "recovery",
                     member: str | None = None) -> DrillResult:
     """Fail one member (``member``, or one at random) of a running job and wait for its
     recovery to end."""
@@ -161,7 +178,8 @@ async def run_drill(rig: DrillRig, job: str, rng: random.Random, *, kind: str = 
     return DrillResult(kind, member, injected, timeline, truth, host.heartbeat_s)
 
 
-async def repair(rig: DrillRig, result: DrillResult, job: str, timeout: float = 30) -> None:
+async def repair(rig: DrillRig, result: DrillResult, job: str,
+                 timeout: float | Wait = "hosts_online") -> None:
     """Heal (or revive) the failed member's host and give the member back as a spare."""
     daemon = rig.daemon
     where = daemon.lab.placement(result.member)
@@ -220,9 +238,10 @@ class DrillService:
         say("started", member=member)
         try:
             if daemon.jobs.job(job).status not in ACTIVE:
-                await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
+                await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online",
+                               "every host online")
                 await daemon.jobs.start_job(job)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), 60,
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), "first_step",
                            f"job {job} to take its first step")
             result = await run_drill(self.rig, job, self.rng, kind=kind, member=member)
             say("recovered" if result.timeline["outcome"] == "recovered" else "ended",

@@ -50,9 +50,10 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
         async with emulated_rig(lab, db=db or str(Path(scratch) / "drill.sqlite"),
                                 mqtt=mqtt) as rig:
             daemon = rig.daemon
-            await wait_for(daemon.hub, lambda: hosts_ready(daemon), 30, "every host online")
+            await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online",
+                           "every host online")
             await daemon.jobs.start_job(job_id)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), "first_step",
                            f"job {job_id} to take its first step")
             results: list[DrillResult] = []
             plan = ["gpu"] * drills + ["host"] * lost
@@ -65,7 +66,8 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
                     if each is not None:
                         await each(result)
                     await repair(rig, result, job_id)
-                    await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), 60,
+                    await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id),
+                                   "first_step",
                                    partial(_not_running, daemon, job_id, result))
                     progress.advance(task)
     return results

@@ -332,7 +332,11 @@ class JobManager:
             return  # an earlier run of the job winding down
         host = self.hosts.hosts.get(str(data.get("host")))
         at = (host.to_daemon_clock(data.get("at_ns")) if host else None) or time.monotonic_ns()
-        state.progress.setdefault(int(data["rank"]), {}).setdefault(str(data["progress"]), at)
+        seen = state.progress.setdefault(int(data["rank"]), {})
+        # A rank reports in order; a later report dated before an earlier one is the host's
+        # clock offset estimate getting better (a slow first delivery overstated it), not
+        # time going back: the stages built from them stay in order.
+        seen.setdefault(str(data["progress"]), max(at, *seen.values()) if seen else at)
 
     async def _wait_for(self, check: Callable[[], int | None], timeout: float) -> int:
         """Wait until ``check()`` gives a time; TimeoutError after ``timeout`` s."""

@@ -18,6 +18,10 @@ from labd.mqtt.payload import loads
 log = logging.getLogger(__name__)
 
 MISSED = 1.5
+#: A watchdog this late (or less) was on time: timers are not exact.
+LATE_NS = 5_000_000
+#: How long an overdue host is given for messages already on their way in to be read.
+SETTLE_S = 0.02
 HEALTH = ("healthy", "degraded", "failed")
 #: The most GPUs a heartbeat may list (a lab file allows 64 per host).
 MAX_GPUS = 256
@@ -197,22 +201,63 @@ class HostMonitor:
         """Declare hosts lost 1.5 intervals after their last heartbeat was sent, until
         cancelled (the daemon runs it among its background loops): the timer is set for the
         earliest such moment, so a host that dies is declared lost within 1.5 intervals of
-        its death, not a polling period later."""
+        its death, not a polling period later.
+
+        Silence the daemon could not hear is not the host's: when this loop wakes later
+        than it asked (a loaded machine gave the process no CPU, or the loop was busy), that
+        lateness is added to every host's allowance until its next heartbeat; so is the
+        delay its recent heartbeats took to arrive (a busy broker), up to one more
+        allowance; and a host past its deadline gets one more look once the messages
+        already received are read."""
+        watches: dict[str, _Watch] = {}
+        planned = time.monotonic_ns()
         while True:
             now = time.monotonic_ns()
-            due = []
+            late = max(0, now - planned - LATE_NS)
+            due: list[int] = []
+            overdue: list[tuple[HostState, int]] = []
             for state in self.hosts.values():
                 last = state.last_sent_ns or state.last_beat_ns
                 if state.status != "online" or last is None or not state.interval_s:
+                    watches.pop(state.id, None)
                     continue
-                deadline = last + int(MISSED * state.interval_s * 1e9)
+                watch = watches.get(state.id)
+                if watch is None or watch.last != last:
+                    lag = max(0, (state.last_beat_ns or last) - last)
+                    watch = watches[state.id] = _Watch(
+                        last, slow_ns=max(lag, watch.slow_ns // 2 if watch else 0))
+                watch.deaf_ns += late
+                allowance = int(MISSED * state.interval_s * 1e9)
+                deadline = last + allowance + watch.deaf_ns + min(watch.slow_ns, allowance)
                 if now >= deadline:
-                    self._set_status(state, "lost")
+                    overdue.append((state, last))
                 else:
                     due.append(deadline)
+            if overdue:
+                # What the bridge has received but not yet handed over is read first.
+                await asyncio.sleep(SETTLE_S)
+                for state, last in overdue:
+                    if (state.last_sent_ns or state.last_beat_ns) == last \
+                            and state.status == "online":
+                        self._set_status(state, "lost")
+                now = time.monotonic_ns()
             # Look again at the earliest deadline (a heartbeat meanwhile only moves it on).
             wait_ns = min(due, default=now + 1_000_000_000) - now
-            await asyncio.sleep(min(max(wait_ns / 1e9, 0.001), 1.0))
+            wait_s = min(max(wait_ns / 1e9, 0.001), 1.0)
+            planned = now + int(wait_s * 1e9)
+            await asyncio.sleep(wait_s)
+
+
+@dataclass
+class _Watch:
+    """The watchdog's view of one host since its last heartbeat."""
+
+    last: int
+    """When that heartbeat was sent (daemon clock)."""
+    deaf_ns: int = 0
+    """How much later than planned the watchdog woke since: time it could not listen."""
+    slow_ns: int = 0
+    """How late heartbeats have been arriving lately (halved at each new one)."""
 
 
 class CommandQueues:

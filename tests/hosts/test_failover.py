@@ -14,10 +14,13 @@ from typing import Any
 
 import aiomqtt
 import httpx
+import pytest
 from sqlalchemy import select
 
+from labd import deadlines
 from labd.emulation.drill import hosts_ready, job_stepping, run_drill, wait_for
 from labd.emulation.rig import Rig
+from labd.errors import DrillError
 from labd.hosts.jobs import JobManager
 from labd.lab.wiring import trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
@@ -27,6 +30,11 @@ from tests.labs import ring_lab
 from tests.rigs import AUTH, StartRig
 
 
+def within(seconds: float) -> float:
+    """A test's own limit, on the suite's deadline scale (tests/conftest.py)."""
+    return deadlines.current().times(seconds)
+
+
 def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
                                         Callable[..., Awaitable[None]]]:
     """Fail a test that runs past ``seconds`` with the traceback of what it was awaiting
@@ -34,7 +42,7 @@ def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
     def wrap(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
         @functools.wraps(test)
         async def run(*args: Any, **kwargs: Any) -> None:
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout(deadlines.current().times(seconds)):
                 await test(*args, **kwargs)
         return run
     return wrap
@@ -42,9 +50,10 @@ def bounded(seconds: float) -> Callable[[Callable[..., Awaitable[None]]],
 
 async def running(rig: Rig) -> None:
     daemon = rig.daemon
-    await wait_for(daemon.hub, lambda: hosts_ready(daemon), 20, "every host online")
+    await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online", "every host online")
     await daemon.jobs.start_job("ring4")
-    await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), 30, "the first step")
+    await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), "first_step",
+                   "the first step")
 
 
 def final(rig: Rig, member: str, seen: list[dict[str, Any]]) -> Any:
@@ -53,6 +62,11 @@ def final(rig: Rig, member: str, seen: list[dict[str, Any]]) -> Any:
         return next((t for t in seen if t["member"] == member and t["outcome"] not in (
             "in-progress", "awaiting-operator")), None)
     return check
+
+
+def told(seen: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """What a failing test says of the recoveries it saw."""
+    return [(t["member"], t["trigger"], t["outcome"], t["detail"]) for t in seen]
 
 
 async def collect(rig: Rig, seen: list[dict[str, Any]]) -> None:
@@ -91,7 +105,7 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
         daemon = rig.daemon
         before = daemon.jobs.job("ring4").epoch
         result = await run_drill(rig, "ring4", random.Random(1), member="h1.nic0",
-                                 timeout=30)
+                                 timeout="recovery")
         timeline = result.timeline
         assert timeline["outcome"] == "recovered", timeline
         # The spare in the failed member's rack won (both are one hop away).
@@ -131,7 +145,8 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
         # Kept: the store (through the API), MQTT, and what a restarted daemon reloads.
         async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
             rows = (await api.get("/v1/failovers", params={"job": "ring4"})).json()
-            assert [(r["id"], r["outcome"]) for r in rows] == [(timeline["id"], "recovered")]
+            assert [(r["id"], r["outcome"]) for r in rows] == [
+                (timeline["id"], "recovered")], rows
             assert rows[0]["stages"] == stages and rows[0]["plan"]["spare"] == "s0.nic0"
             one = (await api.get(f"/v1/failovers/{timeline['id']}")).json()
             assert one["since_failure_ms"]["first_step"] > 0
@@ -140,7 +155,7 @@ async def test_a_failed_gpu_is_replaced_by_a_spare_and_the_job_restarted(
             made = (await api.get("/v1/circuits")).json()  # exactly the new ring's circuits
             assert sorted((c["from"], c["to"]) for c in made) == sorted(
                 daemon.lab.job[0].links(state.members))
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(within(10)):
             async for message in watcher.messages:
                 data = json.loads(message.payload)["data"]  # type: ignore[arg-type]
                 if data["outcome"] == "recovered":
@@ -177,27 +192,38 @@ async def test_a_failure_during_recovery_then_no_spare_left(start_rig: StartRig)
             # h1 fails; the moment its recovery has chosen s0, s0 fails too.
             await rig.backdoor.fail_gpu("h1", 0, "ecc")
             chosen = await wait_for(daemon.hub, lambda: next(
-                (t for t in seen if t["stages"]["spare_chosen"]), None), 20, "a spare chosen")
+                (t for t in seen if t["stages"]["spare_chosen"]), None),
+                    within(20), "a spare chosen")
             assert chosen["plan"]["spare"] == "s0.nic0"
             await rig.backdoor.fail_gpu("s0", 0, "xid79")
-            first = await wait_for(daemon.hub, final(rig, "h1.nic0", seen), 30, "recovery 1")
-            second = await wait_for(daemon.hub, final(rig, "s0.nic0", seen), 30, "recovery 2")
+            first = await wait_for(daemon.hub, final(rig, "h1.nic0", seen),
+                                   within(30), "recovery 1")
+            second = await wait_for(daemon.hub, final(rig, "s0.nic0", seen),
+                                    within(30), "recovery 2")
             assert (first["outcome"], second["outcome"]) == ("recovered", "recovered")
             assert second["plan"]["spare"] == "s1.nic0" and second["id"] > first["id"]
             state = daemon.jobs.job("ring4")
             assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
             circuits_hold_the_ring(rig, state.members)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), 30, "steps")
+            try:
+                await wait_for(daemon.hub, lambda: job_stepping(daemon, "ring4"), within(30),
+                               "steps")
+            except DrillError as exc:
+                raise AssertionError(f"{exc}; the failovers: {told(seen)}") from None
 
             # A third failure finds no spare: recorded, the job degraded, nothing moved.
             intended = dict(daemon.engine.intended["ocs1"])
             epoch = state.epoch
             await rig.backdoor.fail_gpu("h2", 0, "remap-failed")
-            third = await wait_for(daemon.hub, final(rig, "h2.nic0", seen), 30, "recovery 3")
+            third = await wait_for(daemon.hub, final(rig, "h2.nic0", seen),
+                                   within(30), "recovery 3")
             assert third["outcome"] == "no-spare" and "no usable spare" in third["detail"]
             assert state.status == "degraded" and state.epoch == epoch
             assert daemon.engine.intended["ocs1"] == intended
             assert state.members == ["h0.nic0", "s1.nic0", "h2.nic0", "h3.nic0"]
+            # A drill waiting for this job's next step is told it will not come.
+            with pytest.raises(DrillError, match="degraded and will take no step"):
+                job_stepping(daemon, "ring4")
             async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as api:
                 rows = (await api.get("/v1/failovers")).json()
             assert [r["outcome"] for r in rows] == ["no-spare", "recovered", "recovered"]
@@ -226,7 +252,7 @@ async def test_a_failure_reported_while_the_event_stream_overflows_is_still_reco
         assert problem is None
         state = daemon.jobs.job("ring4")
         await wait_for(daemon.hub, lambda: "s0.nic0" in state.members
-                       and state.status == "running", 30, "h1 replaced by s0")
+                       and state.status == "running", within(30), "h1 replaced by s0")
         assert state.members == ["h0.nic0", "s0.nic0", "h2.nic0", "h3.nic0"]
         circuits_hold_the_ring(rig, state.members)
 
@@ -237,7 +263,7 @@ async def test_a_lost_host_is_detected_without_a_report_and_replaced(start_rig: 
         await running(rig)
         daemon = rig.daemon
         result = await run_drill(rig, "ring4", random.Random(1), kind="host", member="h3.nic0",
-                                 timeout=30)
+                                 timeout="recovery")
         timeline = result.timeline
         assert (timeline["trigger"], timeline["outcome"]) == ("host-lost", "recovered")
         assert timeline["plan"]["spare"] == "s1.nic0"  # h3's rack
@@ -277,7 +303,8 @@ async def test_policy_ask_waits_for_the_operator(start_rig: StartRig) -> None:
                 assert r.status_code == 422
                 r = await api.post("/v1/jobs/ring4/decision", json={"approve": True})
                 assert r.status_code == 200, r.text
-                done = await wait_for(daemon.hub, final(rig, "h0.nic0", seen), 30, "recovery")
+                done = await wait_for(daemon.hub, final(rig, "h0.nic0", seen),
+                                      within(30), "recovery")
                 assert done["outcome"] == "recovered" and done["id"] == asked["id"]
                 # Bad requests change nothing.
                 assert (await api.post("/v1/jobs/nope/start")).status_code == 404
@@ -300,7 +327,8 @@ async def test_without_a_broker_agents_report_over_http(start_rig: StartRig) -> 
         daemon = rig.daemon
         assert daemon.bus is None
         await running(rig)
-        result = await run_drill(rig, "ring4", random.Random(1), member="h2.nic0", timeout=30)
+        result = await run_drill(rig, "ring4", random.Random(1), member="h2.nic0",
+                                 timeout="recovery")
         assert result.timeline["outcome"] == "recovered"
         assert result.timeline["plan"]["spare"] == "s1.nic0"  # h2's rack
         assert daemon.jobs.job("ring4").members[2] == "s1.nic0"

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
+from labd import deadlines
 from labd.errors import RunError
 from labd.measure.runs import RunStore
 from tests.commands.test_cli import LABD, run
@@ -24,10 +26,15 @@ def lab_file(tmp_path: Path) -> Path:
     return write_lab(tmp_path, "measured", OCS1)[1]
 
 
+def within(seconds: float) -> float:
+    """A test's own limit, on the suite's deadline scale (tests/conftest.py)."""
+    return deadlines.current().times(seconds)
+
+
 async def rows_in(runs: Path, name: str, at_least: int, timeout: float = 60) -> int:
     """Wait until the run holds ``at_least`` rows (another process writes them; the file
     is all there is to watch)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within(timeout)
     while True:
         try:
             store = RunStore(runs)
@@ -43,6 +50,7 @@ async def rows_in(runs: Path, name: str, at_least: int, timeout: float = 60) -> 
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.timeout(240)  # its waits together (tests/conftest.py scales it)
 async def test_ctrl_c_keeps_what_was_measured_and_resume_goes_on(tmp_path: Path) -> None:
     lab, runs = lab_file(tmp_path), tmp_path / "runs.sqlite"
     args = ["measure", "reconfig", "--lab", str(lab), "--pattern", "random", "-k", "2",
@@ -54,7 +62,7 @@ async def test_ctrl_c_keeps_what_was_measured_and_resume_goes_on(tmp_path: Path)
     try:
         await rows_in(runs, "r1", 6)
         proc.send_signal(signal.SIGINT)
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(within(30)):
             out, err = await proc.communicate()
     finally:
         if proc.returncode is None:
@@ -70,7 +78,7 @@ async def test_ctrl_c_keeps_what_was_measured_and_resume_goes_on(tmp_path: Path)
     assert f"{kept} of 60 rows kept in run r1" in " ".join(out.decode().split())
 
     code, out, err = await run("measure", "reconfig", "--lab", str(lab), "--resume", "r1",
-                               "--runs", str(runs), timeout=120)
+                               "--runs", str(runs), timeout=within(120))
     assert code == 0, out + err
     assert f"{kept} already measured" in out
     store = RunStore(runs)
@@ -87,12 +95,13 @@ async def test_ctrl_c_keeps_what_was_measured_and_resume_goes_on(tmp_path: Path)
     assert "Timing model 5 ± 0.5 ms" in out
 
 
+@pytest.mark.timeout(300)  # its waits together (tests/conftest.py scales it)
 async def test_runs_are_shown_exported_and_compared(tmp_path: Path) -> None:
     lab, runs = lab_file(tmp_path), tmp_path / "runs.sqlite"
     for name, ms in (("slow", "8"), ("fast", "2")):
         code, out, err = await run("measure", "reconfig", "--lab", str(lab), "--rounds", "8",
                                    "--switch-ms", ms, "--runs", str(runs), "--name", name,
-                                   timeout=120)
+                                   timeout=within(120))
         assert code == 0, out + err
     code, out, _ = await run("measure", "compare", "slow", "fast", "--runs", str(runs))
     assert code == 0
@@ -117,6 +126,7 @@ async def test_runs_are_shown_exported_and_compared(tmp_path: Path) -> None:
     assert code == 0 and "slow" in out and "fast" in out and "complete" in out
 
 
+@pytest.mark.timeout(480)  # its waits together (tests/conftest.py scales it)
 async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -> None:
     lab, runs = lab_file(tmp_path), tmp_path / "runs.sqlite"
     base = ["measure", "reconfig", "--lab", str(lab), "--runs", str(runs)]
@@ -126,7 +136,7 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
                          (["--switch", "nope"], "no switch 'nope'"),
                          (["--resume", "nosuch"], "no run 'nosuch'"),
                          (["--switch-ms", "2", "--jitter-ms", "3"], "jitter")):
-        code, out, err = await run(*base, *extra, timeout=60)
+        code, out, err = await run(*base, *extra, timeout=within(60))
         assert code == 2, (extra, out, err)
         assert words in " ".join((out + err).split()), (extra, out, err)
         assert "Traceback" not in out + err
@@ -136,7 +146,7 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
     _, tapped = write_lab(tmp_path, "measured", OCS1, meter(),
                           metered("tx", "rx", 1, 9, 1), file="metered.toml")
     code, out, err = await run("measure", "reconfig", "--lab", str(tapped), "--runs",
-                               str(runs), "--switch-ms", "120", timeout=60)
+                               str(runs), "--switch-ms", "120", timeout=within(60))
     said = " ".join((out + err).split())
     assert code == 2 and "ocs1's light window is 100 ms" in said and "--no-light" in said
     store = RunStore(runs)
@@ -144,6 +154,7 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
     store.close()
 
 
+@pytest.mark.timeout(360)  # its waits together (tests/conftest.py scales it)
 async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
     runs = tmp_path / "runs.sqlite"
     args = ["measure", "failover", "-n", "5", "--lost", "1", "--seed", "4", "--runs",
@@ -153,7 +164,7 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
     try:
         await rows_in(runs, "f1", 1, timeout=90)
         proc.send_signal(signal.SIGINT)
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(within(60)):
             out, err = await proc.communicate()
     finally:
         if proc.returncode is None:
@@ -165,7 +176,7 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
     store.close()
     assert 1 <= kept < 6
     code, out, err = await run("measure", "failover", "--resume", "f1", "--runs", str(runs),
-                               "--csv", str(tmp_path / "f.csv"), timeout=180)
+                               "--csv", str(tmp_path / "f.csv"), timeout=within(180))
     assert code == 0, out + err
     store = RunStore(runs)
     done = store.get("f1")
@@ -178,6 +189,7 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
         assert len(list(csv.DictReader(f))) == 6
 
 
+@pytest.mark.timeout(180)  # its waits together (tests/conftest.py scales it)
 async def test_a_running_daemon_is_measured_with_the_emulators_truth(
         tmp_path: Path, start_rig: StartRig) -> None:
     """--url with --control: the daemon and its emulators run elsewhere; the campaign reads
@@ -189,7 +201,7 @@ async def test_a_running_daemon_is_measured_with_the_emulators_truth(
         code, out, err = await run(
             "measure", "reconfig", "--url", daemon.url, "--token", "tok", "--control",
             rig.control_url, "--rounds", "6", "--switch-ms", "4", "--runs", str(runs),
-            "--name", "remote", timeout=120)
+            "--name", "remote", timeout=within(120))
         assert code == 0, out + err
         assert "Timing model 4 ± 0 ms" in out
     store = RunStore(runs)

@@ -10,7 +10,13 @@ import typer
 
 from labd.commands.common import console, fail, load
 from labd.commands.measure.kept import kept_run, write_outputs
-from labd.commands.measure.options import CsvOption, PlotsOption, RunsOption
+from labd.commands.measure.options import (
+    CsvOption,
+    DeadlineScaleOption,
+    PlotsOption,
+    RunsOption,
+    use_deadlines,
+)
 
 
 def measure_failover(
@@ -38,6 +44,7 @@ def measure_failover(
     runs: RunsOption = "labd-runs.sqlite",
     csv_path: CsvOption = None,
     plots: PlotsOption = None,
+    deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
     daemon swap in a spare and restart the job, and print each stage's p50/p99. Kept as a
@@ -50,6 +57,7 @@ def measure_failover(
     from labd.measure.reconfig import Measured, finishing, new_run, resume_run
     from labd.mqtt.client import broker_reachable, local_broker
 
+    use_deadlines(deadline_scale)
     if signal_name not in SIGNALS:
         raise fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")
     if mqtt is not None and (problem := broker_reachable(mqtt)) is not None:

@@ -24,6 +24,22 @@ ControlOption = Annotated[str | None, typer.Option(
          "emulate prints it): ground truth beside every row, and --switch-ms.")]
 ResumeOption = Annotated[str | None, typer.Option(
     help="Go on with an interrupted run (same parameters; what it measured is kept).")]
+DeadlineScaleOption = Annotated[float | None, typer.Option(
+    min=0.01, max=100, envvar="LABD_DEADLINE_SCALE",
+    help="Multiply every wait on another process or the lab (emulators starting, hosts "
+         "online, a job's first step, a recovery) by this; 3 on a loaded machine. "
+         "Default 1 (docs/emulators.md, Deadlines).")]
+
+
+def use_deadlines(scale: float | None) -> None:
+    """Set this run's deadlines from --deadline-scale (or $LABD_DEADLINE_SCALE)."""
+    from labd import deadlines
+    from labd.errors import LabdError
+
+    try:
+        deadlines.use(deadlines.Deadlines.from_env(scale))
+    except LabdError as exc:  # nan gets past typer's bounds
+        raise fail(f"--deadline-scale: {exc}") from None
 
 
 def timing_model(switch_ms: float | None, jitter_ms: float, *, emulated: bool

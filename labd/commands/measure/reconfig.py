@@ -13,6 +13,7 @@ from labd.commands.measure.kept import kept_run, write_outputs
 from labd.commands.measure.options import (
     ControlOption,
     CsvOption,
+    DeadlineScaleOption,
     JitterOption,
     ParquetOption,
     PlotsOption,
@@ -21,6 +22,7 @@ from labd.commands.measure.options import (
     SwitchMsOption,
     TokenOption,
     timing_model,
+    use_deadlines,
 )
 
 
@@ -53,6 +55,7 @@ def measure_reconfig(
     parquet: ParquetOption = None,
     plots: PlotsOption = None,
     token: TokenOption = None,
+    deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Time reconfigurations through the daemon on its switches' free ports and keep them
     as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
@@ -72,6 +75,7 @@ def measure_reconfig(
     )
     from labd.token import find_token
 
+    use_deadlines(deadline_scale)
     timing = timing_model(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
 
     async def body(store: Any, state: dict[str, Any]) -> None:

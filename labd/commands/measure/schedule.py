@@ -14,6 +14,7 @@ from labd.commands.measure.kept import kept_run, write_outputs
 from labd.commands.measure.options import (
     ControlOption,
     CsvOption,
+    DeadlineScaleOption,
     JitterOption,
     ParquetOption,
     PlotsOption,
@@ -22,6 +23,7 @@ from labd.commands.measure.options import (
     SwitchMsOption,
     TokenOption,
     timing_model,
+    use_deadlines,
 )
 from labd.errors import LabdError
 
@@ -47,6 +49,7 @@ def measure_schedule(
     parquet: ParquetOption = None,
     plots: PlotsOption = None,
     token: TokenOption = None,
+    deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Replay a parallelism schedule: reconfigure the switches for each phase, on demand or
     speculatively, and report for each idle window whether the reconfiguration was hidden,
@@ -55,6 +58,7 @@ def measure_schedule(
     from labd.measure.schedule import check_switches, load_schedule
     from labd.token import find_token
 
+    use_deadlines(deadline_scale)
     modes = {"both": ["on demand", "speculative"], "on-demand": ["on demand"],
              "speculative": ["speculative"]}.get(mode)
     if modes is None:
