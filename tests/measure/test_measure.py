@@ -198,8 +198,11 @@ async def test_a_running_daemon_is_measured_with_the_emulators_truth(
     async with start_rig("measured", OCS1, token="tok", apart=True) as rig:
         daemon = rig.daemon
         runs = tmp_path / "runs.sqlite"
+        key = tmp_path / "key"
+        key.write_text("tok\n")
+        key.chmod(0o600)
         code, out, err = await run(
-            "measure", "reconfig", "--url", daemon.url, "--token", "tok", "--control",
+            "measure", "reconfig", "--url", daemon.url, "--token-file", str(key), "--control",
             rig.control_url, "--rounds", "6", "--switch-ms", "4", "--runs", str(runs),
             "--name", "remote", timeout=within(120))
         assert code == 0, out + err

@@ -14,7 +14,9 @@ RunsOption = Annotated[str, typer.Option(
 CsvOption = Annotated[Path | None, typer.Option("--csv", help="Write the raw rows here.")]
 ParquetOption = Annotated[Path | None, typer.Option(help="Write the raw rows here (Parquet).")]
 PlotsOption = Annotated[Path | None, typer.Option(help="Write PNG plots into this folder.")]
-TokenOption = Annotated[str | None, typer.Option(help="Token for the daemon's changes.")]
+TokenOption = Annotated[Path | None, typer.Option(
+    "--token-file", help="With --url: file holding the key for the daemon (an operator's; "
+                         "default: $LABD_TOKEN, else the daemon's token file).")]
 SwitchMsOption = Annotated[float | None, typer.Option(
     help="With --lab: set the emulated switches' time (ms) first, and check labd's numbers "
          "against it.")]

@@ -79,7 +79,7 @@ def measure_reconfig(
     timing = timing_model(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
-        async with open_target(lab=lab, url=url, token=find_token(token),
+        async with open_target(lab=lab, url=url, token=find_token(file=token),
                                control=control) as target:
             if resume is not None:
                 measured, done = resume_run(store, resume, "reconfig", target, console)
