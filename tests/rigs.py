@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.emulation.rig import Rig, emulated_rig
 from labd.events import Event, Subscription
@@ -64,7 +65,8 @@ class Background:
 
     def run(self, work: Callable[[Rig], Coroutine[Any, Any, Any]]) -> Any:
         """Run ``work(rig)`` on the rig's loop and wait for it (blocking this thread)."""
-        return asyncio.run_coroutine_threadsafe(work(self.rig), self.loop).result(60)
+        future = asyncio.run_coroutine_threadsafe(work(self.rig), self.loop)
+        return future.result(deadlines.current().times(60))
 
     async def call(self, work: Callable[[Rig], Coroutine[Any, Any, Any]]) -> Any:
         """Run ``work(rig)`` on the rig's loop, awaited from another loop."""
@@ -98,19 +100,20 @@ def background_rig(tmp_path: Path, tag: str, *parts: str, **options: Any
 
     thread = threading.Thread(target=main, name="rig", daemon=True)
     thread.start()
-    assert started.wait(60) and "bg" in box, \
+    assert started.wait(deadlines.current().times(60)) and "bg" in box, \
         f"the emulated lab did not start: {box.get('error')!r}"
     background: Background = box["bg"]
     try:
         yield background
     finally:
         background.loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(60)
+        thread.join(deadlines.current().times(60))
 
 
 async def next_event(sub: Subscription, kind: str, timeout: float = 15) -> Event:
-    """The next ``kind`` event on a subscription to the daemon's event stream."""
-    async with asyncio.timeout(timeout):
+    """The next ``kind`` event on a subscription to the daemon's event stream (``timeout``
+    on the suite's deadline scale, tests/conftest.py)."""
+    async with asyncio.timeout(deadlines.current().times(timeout)):
         while True:
             event = await sub.next()
             if event is not None and event.kind == kind:
