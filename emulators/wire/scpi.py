@@ -199,6 +199,9 @@ class ScpiSessionState:
         return b"".join(p + end for p in parts)
 
 
+_PLAIN_LIST = re.compile(r"\s*\d{1,9}\s*(?:,\s*\d{1,9}\s*)*", re.ASCII)
+
+
 def parse_lists(args: str, limit: int) -> list[list[int]]:
     """The device's reading of ``(@1,2),(@17,18)``: lists of ports; ``(@)`` is empty.
     Every port and both ends of every range ``a:b`` are checked against ``1..limit`` before
@@ -217,11 +220,23 @@ def parse_lists(args: str, limit: int) -> list[list[int]]:
             raise ScpiError(-104, "Data type error; expected a channel list (@...)")
         body = match.group(1).strip()
         ports: list[int] = []
-        if body:
+        if body and _PLAIN_LIST.fullmatch(body):
+            # The common case, a list of plain port numbers (a whole map is 768 of them):
+            # each is at most nine digits, so converting costs nothing unbounded.
+            ports = list(map(int, body.split(",")))
+            if len(ports) > limit:
+                raise ScpiError(-224, f"Illegal parameter value; more than {limit} ports in "
+                                "one list")
+            if min(ports) < 1 or max(ports) > limit:
+                end = next(p for p in ports if not 1 <= p <= limit)
+                raise ScpiError(-222, f"Data out of range; port {end} out of range "
+                                f"1..{limit}")
+        elif body:
             for item in body.split(","):
                 lo, colon, hi = item.partition(":")
                 try:
-                    first, last = wire_int(lo), wire_int(hi if colon else lo)
+                    first = wire_int(lo)
+                    last = wire_int(hi) if colon else first
                 except ValueError:
                     raise ScpiError(-104, f"Data type error; bad channel {_quote(item)}"
                                     ) from None
