@@ -195,7 +195,8 @@ class Soak:
                                      json={"pairs": junk(rng)})
         elif choice == 2:
             r = await self.http.get("/v1/reconfigurations",
-                                    params={"since_ns": str(junk(rng)), "limit": str(junk(rng))})
+                                    params={"since_ns": str(junk(rng))[:2000],  # a URL's length
+                                            "limit": str(junk(rng))[:2000]})
         elif choice == 3:
             r = await self.http.get(f"/v1/failovers/{rng.choice([2**70, -1, 'x', 10**30])}")
         elif choice == 4:
