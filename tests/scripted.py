@@ -37,9 +37,7 @@ class ScriptedDevice:
 
     @property
     def address(self) -> str:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"tcp://{host}:{port}"
+        return address_of(self._server)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._index >= len(self.connections):
@@ -68,6 +66,13 @@ class ScriptedDevice:
             self.mismatches.append("client closed early")
         finally:
             writer.close()
+
+
+def address_of(server: asyncio.Server | None) -> str:
+    """``tcp://host:port`` of a test device's server, once it listens."""
+    assert server is not None
+    host, port = server.sockets[0].getsockname()[:2]
+    return f"tcp://{host}:{port}"
 
 
 def tl1_block(ctag: int | str, lines: Sequence[str] = (), *, sid: str = "SW-A",

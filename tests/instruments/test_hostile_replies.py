@@ -30,7 +30,7 @@ from instruments.scpi import parse_channel_lists, parse_error, parse_floats
 from instruments.thorlabs import ThorlabsPM100
 from instruments.tl1 import parse_aid_list
 from instruments.transports.base import BUFFER_LIMIT
-from tests.scripted import tl1_block
+from tests.scripted import address_of, tl1_block
 
 FAST = Backoff(initial=0.01, maximum=0.05)
 HUGE = "9" * 5000
@@ -108,9 +108,7 @@ class Responder:
 
     @property
     def address(self) -> str:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return f"tcp://{host}:{port}"
+        return address_of(self._server)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
