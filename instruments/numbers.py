@@ -17,13 +17,14 @@ _INT = re.compile(r"[+-]?\d+", re.ASCII)
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
-def _shown(text: str) -> str:
-    shown = ascii(text)
-    return shown if len(shown) <= 80 else shown[:80] + "...'"
+def shown(text: str, limit: int = 80) -> str:
+    """Device text in a message: printable ASCII (``ascii``), cut short at ``limit``."""
+    quoted = ascii(text)
+    return quoted if len(quoted) <= limit else quoted[:limit] + "...'"
 
 
 def _refused(text: str, what: str, command: str, instrument: str | None) -> ProtocolError:
-    return ProtocolError(f"{command!r} answered {_shown(text)}, expected {what} of at most "
+    return ProtocolError(f"{command!r} answered {shown(text)}, expected {what} of at most "
                          f"{MAX_NUMBER_CHARS} characters", instrument=instrument)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from instruments.errors import DeviceError, ProtocolError
 from instruments.link import Link
-from instruments.numbers import reply_float, reply_int
+from instruments.numbers import reply_float, reply_int, shown
 from instruments.transports.base import BUFFER_LIMIT
 
 #: Most ports a channel list in a reply may name when the device's size is not known yet.
@@ -34,7 +34,7 @@ def parse_channel_lists(text: str, *, command: str = "", instrument: str | None 
     refused (a device's reply never costs more than its size)."""
     lists = _LIST.findall(text)
     if not lists or _LIST.sub("", text).replace(",", "").strip():
-        raise ProtocolError(f"{command!r} answered {_shown(text)}, not an SCPI channel list",
+        raise ProtocolError(f"{command!r} answered {shown(text, 120)}, not an SCPI channel list",
                             instrument=instrument)
     result = []
     for body in lists:
@@ -49,12 +49,6 @@ def parse_channel_lists(text: str, *, command: str = "", instrument: str | None 
             ports.extend(range(lo, hi + 1))
         result.append(ports)
     return result
-
-
-def _shown(text: str) -> str:
-    """Device text in a message: printable ASCII, cut short."""
-    shown = ascii(text)
-    return shown if len(shown) <= 120 else shown[:120] + "...'"
 
 
 def program_message(*units: str) -> str:
@@ -86,7 +80,7 @@ def parse_error(text: str, *, command: str = ":SYST:ERR?",
     """``-113, "Undefined header"`` (or ``+0,"No error"``) → ``(-113, "Undefined header")``."""
     match = _ERROR.match(text)
     if not match:
-        raise ProtocolError(f"{command!r} answered {_shown(text)}, not an SCPI error-queue "
+        raise ProtocolError(f"{command!r} answered {shown(text, 120)}, not an SCPI error-queue "
                             "entry", instrument=instrument)
     return reply_int(match.group(1), command, instrument, what="an error code"), match.group(2)
 

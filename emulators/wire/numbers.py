@@ -37,3 +37,10 @@ def wire_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError("number out of range")
     return value
+
+
+def shown(text: str, limit: int) -> str:
+    """Client text in an error: printable ASCII (``ascii``), cut short at ``limit``, so
+    that an error entry or a DENY comment stays small whatever was sent."""
+    quoted = ascii(text)
+    return quoted if len(quoted) <= limit else quoted[:limit] + "...'"

@@ -11,7 +11,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from emulators.wire.numbers import MAX_MESSAGE_BYTES, MAX_NUMBER_CHARS, wire_float, wire_int
+from emulators.wire.numbers import (
+    MAX_MESSAGE_BYTES,
+    MAX_NUMBER_CHARS,
+    shown,
+    wire_float,
+    wire_int,
+)
 from emulators.wire.server import Session
 
 Handler = Callable[..., object]  # returns str | None, or an awaitable of it
@@ -256,8 +262,7 @@ def parse_lists(args: str, limit: int) -> list[list[int]]:
 def _quote(text: str) -> str:
     """Client text in an error message: printable ASCII, cut short (an error queue entry
     stays small)."""
-    shown = ascii(text.strip())
-    return shown if len(shown) <= 2 * MAX_NUMBER_CHARS else shown[:2 * MAX_NUMBER_CHARS] + "...'"
+    return shown(text.strip(), 2 * MAX_NUMBER_CHARS)
 
 
 def format_list(ports: list[int]) -> str:

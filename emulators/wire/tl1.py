@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from emulators.wire.numbers import MAX_MESSAGE_BYTES, wire_int
+from emulators.wire.numbers import MAX_MESSAGE_BYTES, shown, wire_int
 from emulators.wire.server import Session
 
 log = logging.getLogger(__name__)
@@ -115,8 +115,7 @@ def parse_ports(aid: str, limit: int) -> list[int]:
 def quoted(text: str, limit: int = 64) -> str:
     """Client text in a DENY comment: printable ASCII, cut short, and with no ``*/`` to end
     the comment."""
-    shown = ascii(text.replace("*/", "* /"))
-    return shown if len(shown) <= limit else shown[:limit] + "...'"
+    return shown(text.replace("*/", "* /"), limit)
 
 
 def keyword_params(params: str) -> dict[str, str]:
