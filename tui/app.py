@@ -115,6 +115,8 @@ class LabApp(App[None]):
         while True:
             try:
                 async for message in self.client.events():
+                    if not self.is_running:
+                        return  # closing: the tabs are being taken down
                     if message.get("kind") == "snapshot":
                         await self._resync(message)
                         delay = 0.5

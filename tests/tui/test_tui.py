@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Label, OptionList, TabbedContent
+from textual.widgets import DataTable, Input, Label, OptionList, RichLog, TabbedContent
 
 from labd.emulation.rig import Rig
 from labd.errors import DaemonError
@@ -248,6 +248,21 @@ async def test_every_tab_is_a_key_away(tmp_path: Path) -> None:
         await pilot.press("enter")
         await pilot.pause()
         assert tabs.active == "events"
+
+
+async def test_events_that_arrive_while_the_ui_closes_touch_no_widget(tmp_path: Path) -> None:
+    """While the app shuts down, its widgets go one by one and the tabs stay attached a
+    little longer: an event delivered then is kept, not drawn (it once killed the event
+    worker with NoMatches on the log that had already gone)."""
+    async with attached(tmp_path, "tui6") as (_, app, pilot):
+        await pilot.press("2")  # the hosts in view: a change there is drawn at once
+        await app.events.query_one(RichLog).remove()
+        await app.hosts.query_one(DataTable).remove()
+        app._running = False  # what App._shutdown sets before it takes the screens down
+        assert app.events.is_attached and app.hosts.is_attached
+        await app._apply({"kind": "job.progress", "seq": 1, "data": {"job": "ring4"}})
+        app.hosts.show([], [])
+        assert app.events.lines[-1][0] == "job.progress"  # kept for when it could be shown
 
 
 def test_sparkline() -> None:

@@ -38,7 +38,7 @@ class EventsTab(Pane):
     def add(self, kind: str, line: Text) -> None:
         self.lines.append((kind, line))
         # Not once the app is closing: the line is kept either way.
-        if self._matches(line) and self.is_attached:
+        if self._matches(line) and self.live():
             self.query_one(RichLog).write(line)
 
     def _matches(self, line: Text) -> bool:

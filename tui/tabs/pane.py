@@ -22,9 +22,14 @@ class Pane(TabPane):
         self.out_of_date = False
         """Changed while out of sight: drawn when next shown."""
 
+    def live(self) -> bool:
+        """The app is not closing. Once it is, its widgets go one by one while the event
+        stream may still deliver: a tab that is still attached can have lost its children."""
+        return self.app.is_running and self.is_attached
+
     def in_view(self) -> bool:
         """The tab is the one shown (and the app is not closing)."""
-        return self.is_attached and self.query_ancestor(TabbedContent).active == self.id
+        return self.live() and self.query_ancestor(TabbedContent).active == self.id
 
     def changed(self) -> None:
         """Draw now if the tab is in view, else when it is next shown."""
