@@ -70,7 +70,10 @@ class CalientTl1(Tl1Switch):
         return [f"{self.aid(a)},{self.aid(b)}" for a, b in pairs]
 
     async def _identify(self, link: Link) -> SwitchInfo:
-        ne = _fields(",".join((await self._cmd(link, "RTRV-NE")).lines))
+        # Required: the port count (RTRV-PORT), unless the lab file gives the size.
+        # Optional: the chassis, serial and software (RTRV-NE).
+        found = await self._optional(link, "RTRV-NE")
+        ne = _fields(",".join(found.lines)) if found else {}
         if self.declared_size:
             count = self.declared_size[0]
         else:

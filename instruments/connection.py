@@ -9,6 +9,12 @@ time, so replies can never be interleaved. The first timeout drops the link (a l
 would otherwise be taken for the answer to the next command); a background task reconnects,
 runs the driver's resync (flush, re-identify, re-read state, report drift) and only then
 lets commands through again.
+
+A link that nobody uses can die unseen: a switch power-cycled while idle leaves a socket
+that looks open until the next command finds it closed. Where a watch interval is set, an
+instrument idle that long gets one cheap query (the driver's probe), taken under the same
+lock as any command, so it never interleaves with one; a probe that fails drops the link
+as a command's failure would, and reconnection follows.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -60,6 +67,8 @@ class Connection(EventSource):
         on_connect: Callable[[Link], Awaitable[None]],
         backoff: Backoff | None = None,
         name: str = "",
+        probe: Callable[[Link], Awaitable[object]] | None = None,
+        watch_interval_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.link = link
@@ -72,6 +81,14 @@ class Connection(EventSource):
         self._reconnector: asyncio.Task[None] | None = None
         self.last_error: str = ""
         self.attempts = 0
+        self._probe = probe
+        self.watch_interval_s = watch_interval_s if probe is not None else 0.0
+        """Seconds idle before the link is probed; 0: never."""
+        self._watcher: asyncio.Task[None] | None = None
+        self._idle_since = 0
+        """When the latest exchange ended (CLOCK_MONOTONIC ns)."""
+        self.probes = 0
+        """Probes sent since the connection was made (what the watch cost the wire)."""
 
     @property
     def state(self) -> LinkState:
@@ -118,7 +135,10 @@ class Connection(EventSource):
             self._set_state(on_failure, self.last_error)
             raise
         self.attempts = 0
+        self._idle_since = time.monotonic_ns()
         self._set_state(LinkState.ONLINE)
+        if self.watch_interval_s > 0 and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.create_task(self._watch(), name=f"watch-{self.name}")
 
     async def run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
         """Run one exchange with the link held exclusively.
@@ -137,6 +157,36 @@ class Connection(EventSource):
             except LINK_FAULTS as exc:
                 await self._drop(str(exc))
                 raise
+            finally:
+                self._idle_since = time.monotonic_ns()
+
+    async def _watch(self) -> None:
+        """Probe the link whenever it has been idle for the watch interval. Only while
+        online: an instrument in backoff is the reconnector's."""
+        assert self._probe is not None
+        interval_ns = int(self.watch_interval_s * 1e9)
+        while self._state is not LinkState.CLOSED:
+            if self._state is not LinkState.ONLINE:
+                await self._online.wait()
+                continue
+            due = self._idle_since + interval_ns - time.monotonic_ns()
+            if due > 0:
+                await asyncio.sleep(due / 1e9)
+                continue
+            if self._lock.locked():
+                # A command is on the wire: it is proof of life, and the probe must not
+                # queue behind it and delay the command after it.
+                self._idle_since = time.monotonic_ns()
+                continue
+            self.probes += 1
+            try:
+                await self.run(self._probe)
+            except InstrumentError as exc:
+                # run() has dropped the link on a fault, and reconnection is under way.
+                log.info("%s: the idle link's probe failed: %s", self.name, exc)
+            except Exception:
+                # A driver bug in its probe must not end the watch (nor the daemon).
+                log.exception("%s: the idle link's probe failed", self.name)
 
     async def _drop(self, reason: str) -> None:
         self.last_error = reason
@@ -169,11 +219,12 @@ class Connection(EventSource):
             await self._online.wait()
 
     async def close(self) -> None:
-        task, self._reconnector = self._reconnector, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._reconnector, self._watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reconnector = self._watcher = None
         async with self._lock:
             await self.link.close()
             self._set_state(LinkState.CLOSED)

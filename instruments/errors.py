@@ -9,6 +9,7 @@ Lower-layer errors (``OSError``, ``serial.SerialException``, ``pyvisa`` errors,
     ├── ConnectError                the link could not be opened (refused, no such port)
     ├── InstrumentTimeout           no complete reply within the instrument's timeout
     ├── InstrumentClosed            the link was closed, by us or by the device, or is offline
+    │   └── DeviceRestarted         the device answers, but as a device that has restarted
     ├── ProtocolError               the reply does not parse as the protocol says it must
     ├── DeviceError                 the device refused the command (SCPI error queue, TL1 DENY)
     │   └── AuthenticationError     the device refused the login or says we are not logged in
@@ -46,6 +47,11 @@ class InstrumentTimeout(InstrumentError):
 
 class InstrumentClosed(InstrumentError):
     """The link is closed (by the device, by a fault, or because we closed it)."""
+
+
+class DeviceRestarted(InstrumentClosed):
+    """The device restarted behind an open link (its identity changed, or it says it
+    powered up): the link is dropped and made again, so that the state is read anew."""
 
 
 class ProtocolError(InstrumentError):

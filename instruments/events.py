@@ -47,8 +47,10 @@ class InstrumentEvent:
     instrument: str
     kind: str
     """``state`` (link state changed), ``resync`` (reconnected and re-read; see ``drift``),
-    ``drift`` (a map read differed from what was expected), ``identity-changed``, or
-    ``autonomous`` (a message the device sent on its own)."""
+    ``drift`` (a map read differed from what was expected), ``identity-changed``,
+    ``warning`` (something to know that is no failure: an optional query refused), or
+    ``autonomous`` (a message the device sent on its own). A ``resync`` whose device looks
+    restarted has ``data["restarted"]`` saying why."""
     state: LinkState | None = None
     detail: str = ""
     drift: Drift | None = None

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar
 
 from instruments.connection import Backoff, Connection
-from instruments.events import EventSource, LinkState
+from instruments.events import EventSource, InstrumentEvent, LinkState
 from instruments.link import Link, LinkSettings
 
 T = TypeVar("T")
@@ -24,13 +24,15 @@ class Instrument(EventSource, abc.ABC):
     default_settings: ClassVar[LinkSettings] = LinkSettings()
 
     def __init__(self, address: str, *, name: str = "", settings: LinkSettings | None = None,
-                 backoff: Backoff | None = None, **options: Any) -> None:
+                 backoff: Backoff | None = None, watch_interval_s: float = 0.0,
+                 **options: Any) -> None:
         super().__init__()
         self.name = name or f"{self.driver}@{address}"
         self.options = options
         link = Link(address, settings or self.default_settings, name=self.name)
         self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
-                                     name=self.name)
+                                     name=self.name, probe=self._probe,
+                                     watch_interval_s=watch_interval_s)
         self.connection.add_listener(self._emit)
         self.exchanged: tuple[int | None, int | None] = (None, None)
         """The latest operation's first write and last reply (CLOCK_MONOTONIC ns, when the
@@ -71,3 +73,14 @@ class Instrument(EventSource, abc.ABC):
     @abc.abstractmethod
     async def _on_connect(self, link: Link) -> None:
         """After every (re)connect: log in, identify, re-read state, report drift."""
+
+    @abc.abstractmethod
+    async def _probe(self, link: Link) -> None:
+        """One cheap exchange that proves the device is there and the same device (the
+        liveness watch's, on an idle link): a link fault if it is gone,
+        :class:`~instruments.errors.DeviceRestarted` if it answers as one that restarted."""
+
+    def _warn(self, detail: str) -> None:
+        """Something the daemon should hear of that is no failure (an optional query the
+        device refused, say)."""
+        self._emit(InstrumentEvent(self.name, "warning", detail=detail))

@@ -164,6 +164,10 @@ class MeshSwitch(OpticalSwitch):
         return SwitchInfo("Qontrol", f"Benes {self.n}x{self.n} mesh", board.id,
                           f"{len(board.modules)} modules", self.n, self.n)
 
+    async def _probe(self, link: Link) -> None:
+        assert self.board is not None
+        await qontrol.probe(link, self.board.id)
+
     async def _read_map(self, link: Link) -> CrossConnects:
         assert self.board is not None
         volts = await qontrol.read_volts(link, self.board.channels)

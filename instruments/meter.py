@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from instruments import scpi
 from instruments.errors import InstrumentTimeout, InvalidRequest, NoSuchPort, NotSupported
 from instruments.instrument import Instrument
 from instruments.link import Link
@@ -65,6 +66,12 @@ class PowerMeter(Instrument):
         self.info = await self._identify(link)
         self._watts = {c: await self._unit_is_watts(link, c)
                        for c in range(1, self.info.channels + 1)}
+
+    async def _probe(self, link: Link) -> None:
+        # Both meter families speak SCPI: the identity is cheap, and a meter that restarted
+        # on other firmware (or was swapped for another) is found without a reconnect.
+        assert self.info is not None
+        await scpi.same_identity(link, self.info.serial, self.info.firmware)
 
     def check_channel(self, channel: int) -> int:
         if self.info is None:

@@ -46,6 +46,9 @@ class PolatisScpi(OpticalSwitch):
                     for v in sides[:2])
         return SwitchInfo(vendor, model, serial, firmware, n, m)
 
+    async def _probe(self, link: Link) -> None:
+        await scpi.operation_complete(link)
+
     async def _read_map(self, link: Link) -> CrossConnects:
         reply = await link.query(":OXC:SWIT:CONN:STAT?")
         info = self._require_info()

@@ -21,18 +21,29 @@ class PolatisTl1(Tl1Switch):
     driver = "polatis-tl1"
 
     async def _identify(self, link: Link) -> SwitchInfo:
-        netype = await self._cmd(link, "RTRV-NETYPE")
-        fields = [f.strip().strip('"') for f in ",".join(netype.lines).split(",")]
+        # Required: the size (RTRV-EQPT), unless the lab file gives it. Optional: the
+        # vendor, model and firmware (RTRV-NETYPE) and the serial (RTRV-INV).
+        netype = await self._optional(link, "RTRV-NETYPE")
+        fields = ([f.strip().strip('"') for f in ",".join(netype.lines).split(",")]
+                  if netype else [])
         vendor, model, _kind, firmware = ([*fields, "", "", "", ""])[:4]
-        inv = await self._cmd(link, "RTRV-INV", "OCS")
-        serial = _SERIAL.search(" ".join(inv.lines))
-        size = await self._cmd(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")
-        match = _SIZE.search(" ".join(size.lines))
-        if not match:
-            raise ProtocolError(f"RTRV-EQPT SIZE gave {size.lines!r}", instrument=self.name)
-        n, m = (reply_int(v, "RTRV-EQPT", self.name, what="a side of the switch")
-                for v in match.groups())
-        return SwitchInfo(vendor, model, serial.group(1) if serial else "", firmware, n, m)
+        inv = await self._optional(link, "RTRV-INV", "OCS")
+        serial = _SERIAL.search(" ".join(inv.lines)) if inv else None
+        if self.declared_size:
+            size = await self._optional(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")
+        else:
+            size = await self._cmd(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")
+        match = _SIZE.search(" ".join(size.lines)) if size else None
+        if match:
+            n, m = (reply_int(v, "RTRV-EQPT", self.name, what="a side of the switch")
+                    for v in match.groups())
+        elif self.declared_size and size is None:
+            n, m = self.declared_size
+        else:
+            raise ProtocolError(f"RTRV-EQPT SIZE gave {size.lines if size else None!r}",
+                                instrument=self.name)
+        return SwitchInfo(vendor or "Polatis", model, serial.group(1) if serial else "",
+                          firmware, n, m)
 
     async def _read_map(self, link: Link) -> CrossConnects:
         reply = await self._cmd(link, "RTRV-PATCH")

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from instruments.errors import DeviceError, InvalidRequest, NoSuchPort, ProtocolError
+from instruments.errors import (
+    DeviceError,
+    DeviceRestarted,
+    InvalidRequest,
+    NoSuchPort,
+    ProtocolError,
+)
 from instruments.instrument import Instrument
 from instruments.link import Link, LinkSettings
 from instruments.numbers import reply_float, reply_int
@@ -95,6 +101,27 @@ async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
         raise first_error
 
 
+async def probe(link: Link, ident: str) -> None:
+    """``id?``: the board is there and is the one identified. A board that sends its
+    "powered up" notice (``E90``) meanwhile has restarted: every channel is at 0 V."""
+    await link.write_query("id?")
+    while True:
+        line = (await link.read_line()).strip()
+        if not line or line.upper() == "OK":
+            continue
+        match = _ERROR.match(line)
+        if match and int(match.group(1)) == 90:
+            raise DeviceRestarted("the board says it powered up (E90): it restarted, its "
+                                  "outputs at 0 V", instrument=link.name)
+        error = board_error(line, "id?", link.name)
+        if error is not None:
+            raise error
+        if line != ident:
+            raise DeviceRestarted(f"id? now answers {line[:80]!r} (was {ident!r}): another "
+                                  "board, or one that restarted", instrument=link.name)
+        return
+
+
 def vector_commands(volts: dict[int, float], word: str = "v") -> list[str]:
     """One vector command (``vvec``/``ivec``) per module holding changed channels, as the
     vendor client sends; single channels as ``v<ch>=``/``i<ch>=``."""
@@ -155,6 +182,10 @@ class QontrolBoard(Instrument):
 
     async def _on_connect(self, link: Link) -> None:
         self.info = await identify(link)
+
+    async def _probe(self, link: Link) -> None:
+        assert self.info is not None
+        await probe(link, self.info.id)
 
     def _check(self, channel: int, value: float, full: float, unit: str) -> None:
         info = self.info

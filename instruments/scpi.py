@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from instruments.errors import DeviceError, ProtocolError
+from instruments.errors import DeviceError, DeviceRestarted, ProtocolError
 from instruments.link import Link
 from instruments.numbers import reply_float, reply_int, shown
 from instruments.transports.base import BUFFER_LIMIT
@@ -125,6 +125,23 @@ async def identify(link: Link) -> tuple[str, str, str, str]:
         raise ProtocolError(f"*IDN? answer {idn!r} has fewer than 4 fields",
                             instrument=link.name)
     return fields[0], fields[1], fields[2], fields[3]
+
+
+async def operation_complete(link: Link) -> None:
+    """``*OPC?`` → ``1``: the cheapest exchange that proves an SCPI device is there."""
+    reply = (await link.query("*OPC?")).strip()
+    if reply not in ("1", "+1"):
+        raise ProtocolError(f"*OPC? answered {reply[:80]!r}, expected 1", instrument=link.name)
+
+
+async def same_identity(link: Link, serial: str, firmware: str) -> None:
+    """``*IDN?`` again: the same serial and firmware, or the device is another one now
+    (swapped, or restarted on new firmware): :class:`DeviceRestarted`."""
+    _, _, now_serial, now_firmware = await identify(link)
+    if (now_serial, now_firmware) != (serial, firmware):
+        raise DeviceRestarted(f"*IDN? now gives serial {now_serial!r}, firmware "
+                              f"{now_firmware!r} (was {serial!r}, {firmware!r}): the device "
+                              "restarted or was replaced", instrument=link.name)
 
 
 async def _raise_queued(link: Link, entry: str, command: str) -> None:

@@ -105,17 +105,25 @@ class OpticalSwitch(Instrument):
                 f"but the device reports {info.size}; fix the lab file's size field",
                 instrument=self.name,
             )
-        if self.info is not None and info.serial != self.info.serial:
-            self._emit(InstrumentEvent(self.name, "identity-changed",
-                                       detail=f"serial {self.info.serial} → {info.serial}"))
+        restarted = ""
+        if self.info is not None and (info.serial, info.firmware) != (self.info.serial,
+                                                                       self.info.firmware):
+            restarted = (f"serial {self.info.serial or '?'} → {info.serial or '?'}, firmware "
+                         f"{self.info.firmware or '?'} → {info.firmware or '?'}")
+            self._emit(InstrumentEvent(self.name, "identity-changed", detail=restarted))
         self.info = info
         found = await self._read_map(link)
         if self._opened:
             drift = Drift.between(self.expected, found)
+            if not restarted and self.expected and not found:
+                # A switch that lost every circuit while we were away was power-cycled (a
+                # dark boot), or someone cleared it: either way not the map we left.
+                restarted = f"its map was emptied ({len(self.expected)} circuits gone)"
             self._emit(InstrumentEvent(
                 self.name, "resync", drift=drift,
                 detail=f"{len(drift.missing)} missing, {len(drift.unexpected)} unexpected"
                 if drift else "no drift",
+                data={"restarted": restarted} if restarted else {},
             ))
         self.expected = found
         self._opened = True

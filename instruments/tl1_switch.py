@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from instruments.errors import AuthenticationError, InvalidRequest, ProtocolError
+from instruments.errors import AuthenticationError, DeviceError, InvalidRequest, ProtocolError
 from instruments.events import InstrumentEvent
 from instruments.link import Link, LinkSettings
 from instruments.switch import OpticalSwitch
@@ -36,6 +36,23 @@ class Tl1Switch(OpticalSwitch):
 
     async def _login(self, link: Link) -> None:
         await self.tl1.login(link, self.user, self.password)
+
+    async def _probe(self, link: Link) -> None:
+        # RTRV-HDR is the keep-alive: answered without a login, it moves nothing.
+        await self.tl1.command(link, "RTRV-HDR")
+
+    async def _optional(self, link: Link, verb: str, aid: str = "", params: str = ""
+                        ) -> Tl1Message | None:
+        """An identity query the switch may refuse (some firmware denies optional
+        retrieve commands): its answer, or None and a warning, and the switch comes online
+        with what the other queries told."""
+        try:
+            return await self._cmd(link, verb, aid, params)
+        except DeviceError as exc:
+            if isinstance(exc, AuthenticationError):
+                raise
+            self._warn(f"{verb} refused ({exc.code} {exc.text}); identified without it")
+            return None
 
     async def _cmd(self, link: Link, verb: str, aid: str = "", params: str = "") -> Tl1Message:
         try:

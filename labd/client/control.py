@@ -60,6 +60,11 @@ class Backdoor:
     async def set_timing(self, emulator: str, **values: float) -> None:
         await self._call("PUT", f"/v1/emulators/{emulator}/timing", json=values)
 
+    async def power(self, emulator: str, on: bool) -> None:
+        """Power a device off (its endpoints stop listening, its connections are cut) or on
+        again (same addresses; its state as it boots)."""
+        await self._call("PUT", f"/v1/emulators/{emulator}/power", json={"on": on})
+
     async def fail_gpu(self, host: str, gpu: int, signal: str) -> int:
         """Fail an emulated GPU; returns when it failed (CLOCK_MONOTONIC ns)."""
         reply = await self._call("POST", f"/v1/hosts/{host}/fail",

@@ -3,6 +3,7 @@ reconfiguration to the failover drill."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,8 +27,12 @@ def demo(
                                                         "and the failover lab beside it on "
                                                         "the next port (drills from the UI).")]
     = False,
-    db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL); "
-                                                "default a temporary file.")] = None,
+    db: Annotated[str | None, typer.Option(help="Store (SQLite path or PostgreSQL URL) of the "
+                                                "demo lab; default a temporary file.")] = None,
+    failover_db: Annotated[str | None, typer.Option(
+        help="Store of the failover lab (its drills' timelines, job and reconfigurations): "
+             "a lab's store holds one lab. Default: beside --db (demo.sqlite: "
+             "demo-failover.sqlite); a temporary file without --db.")] = None,
     mqtt: Annotated[str | None, typer.Option(help="MQTT broker, mqtt://HOST[:PORT] "
                                                   "(mqtts:// for TLS), for the "
                                                   "daemon's events and the failover drill's "
@@ -47,14 +52,16 @@ def demo(
 
     use_deadlines(deadline_scale)
     loaded = load(lab)
-    drill = failover_drill(console, mqtt, seed)
+    if failover_db is None and db is not None:
+        failover_db = beside(db)
+    drill = failover_drill(console, mqtt, seed, db=failover_db)
     try:
         if failover and serve:  # before the lab is left serving
             run(drill, spawns=True)
         # Serving, it also runs the failover lab's emulated hosts, which start processes.
         code = run(run_demo(loaded, rounds=rounds, console=console, serve=serve,
                             seed=seed, light_events=light_events, db=db, mqtt=mqtt,
-                            port=port), spawns=serve)
+                            port=port, failover_db=failover_db), spawns=serve)
         if failover and not serve:
             run(drill, spawns=True)
     except KeyboardInterrupt:
@@ -64,3 +71,13 @@ def demo(
     finally:
         drill.close()  # not awaited when the demo stopped first
     raise typer.Exit(code)
+
+
+def beside(db: str) -> str:
+    """The failover lab's store next to the demo lab's: ``demo.sqlite`` →
+    ``demo-failover.sqlite``. A URL names a database, not a file: refused, to be named."""
+    if "://" in db:
+        raise fail(f"--db {db!r} is a URL: name the failover lab's store too, with "
+                   "--failover-db (a lab's store holds one lab), or --no-failover")
+    path = Path(db)
+    return str(path.with_name(f"{path.stem}-failover{path.suffix or '.sqlite'}"))

@@ -36,8 +36,10 @@ def run_daemon(
     tls_key: Annotated[Path | None, typer.Option(
         help="The certificate's private key (PEM).")] = None,
     restore: Annotated[bool, typer.Option(
-        help="On start, put back the intended circuits if a switch differs "
-             "(--no-restore only reports the drift).")] = True,
+        help="When a switch holds other circuits than intended (at start-up, or back "
+             "online after a reconnect or a restart), do what its on_drift says in the lab "
+             "file (restore by default); --no-restore only reports the drift, on every "
+             "switch.")] = True,
     mqtt: Annotated[str | None, typer.Option(
         help="MQTT broker, mqtt://HOST[:PORT] (mqtts:// for TLS); events and commands "
              "go through it.")] = None,
@@ -90,7 +92,8 @@ def run_daemon(
             for name, why in report.failed.items():
                 console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
             for name, drift in report.drift.items():
-                action = "restored" if name in report.restored else "reported"
+                action = ("restored" if name in report.restored else
+                          "adopted" if name in report.adopted else "reported")
                 console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
                               f"missing, {len(drift.unexpected)} unexpected ({action})")
             if token_file is not None:

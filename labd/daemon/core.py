@@ -4,7 +4,11 @@
 Start-up opens the store and every instrument at once and reports, in one place
 (``daemon.report``), each that failed and why (those keep reconnecting in the background);
 it then reads the intended state from the store and compares it with what the switches
-report: ``restore`` puts the intended circuits back, ``report`` only announces the drift.
+report. Each switch's ``on_drift`` (lab file) says what then happens, there and whenever a
+switch comes back online (a reconnect, a restart found by the liveness watch):
+``restore`` puts the intended circuits back, ``report`` only announces the drift, ``adopt``
+takes the switch's map as the intended one. ``restore=False`` (``--no-restore``) makes
+every switch ``report``.
 The API is served, and the background loops (host watchdog, job recoveries, MQTT bridge,
 HTTP server) run in one TaskGroup until the block is left, which stops them all in order.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import socket
 from collections.abc import Coroutine
@@ -21,19 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from instruments.events import Drift, InstrumentEvent
+from instruments.events import Drift, InstrumentEvent, LinkState
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
 from labd.daemon.services import Drills, Services
-from labd.errors import BusError
+from labd.errors import BusError, LabdError
 from labd.events import EventHub
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
-from labd.lab.file import Lab
+from labd.lab.file import Lab, SwitchEntry
 from labd.store.store import Store, connection_row
 from labd.token import load_or_make_token
 
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
     from labd.mqtt.credentials import BusSettings
 
 __all__ = ["DEFAULT_PORT", "Daemon", "Drills", "StartupReport"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8470
 #: How long the HTTP server may take to finish its requests when the daemon stops.
@@ -56,6 +63,7 @@ class StartupReport:
     failed: dict[str, str] = field(default_factory=dict)
     drift: dict[str, Drift] = field(default_factory=dict)
     restored: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
 
 
 class Daemon:
@@ -99,6 +107,12 @@ class Daemon:
             self.bus = MqttBridge(self.services, mqtt)
         self.report = StartupReport()
         """What start-up found: instruments connected and failed, drift, restored."""
+        self._on_drift = {e.id: e.on_drift for e in lab.instrument if isinstance(e, SwitchEntry)}
+        self._healing: dict[str, asyncio.Task[None]] = {}
+        self._heal_again: set[str] = set()
+        self._restarted: dict[str, str] = {}
+        """Per switch, why its latest reconnect looked like a restart (for the drift event)."""
+        self._reconciled = False
         self.url = ""
         self._server: _Server | None = None
         self._group: asyncio.TaskGroup | None = None
@@ -156,11 +170,68 @@ class Daemon:
                                 "state": event.state.value if event.state else None,
                                 "detail": event.detail}
         if event.drift is not None:
-            data["drift"] = {"missing": [[a, b] for a, b in event.drift.missing.items()],
-                             "unexpected": [[a, b] for a, b in event.drift.unexpected.items()]}
+            data["drift"] = _drift_data(event.drift)
+        if event.data.get("restarted"):
+            data["restarted"] = self._restarted[event.instrument] = event.data["restarted"]
         self.hub.publish(f"instrument.{event.kind}", data)
         self.store.write_nowait(connection_row(event.instrument, event.kind,
                                                data["state"], event.detail, event.at_ns))
+        if (event.kind == "state" and event.state is LinkState.ONLINE and self._reconciled
+                and event.instrument in self.engine.switches):
+            self._heal_soon(event.instrument)
+
+    # -- drift -----------------------------------------------------------------------------
+    def on_drift(self, switch: str) -> str:
+        """What is done when ``switch`` holds other circuits than intended: the lab file's
+        ``on_drift``, or ``report`` for every switch under ``--no-restore``."""
+        return self._on_drift.get(switch, "restore") if self.restore else "report"
+
+    def _heal_soon(self, switch: str) -> None:
+        """Compare a switch that came back online with the intended state, in a task of its
+        own (the event came from inside its connection). One at a time per switch: a
+        reconnect during a heal is looked at again when it ends."""
+        running = self._healing.get(switch)
+        if running is not None and not running.done():
+            self._heal_again.add(switch)
+            return
+        self._healing[switch] = asyncio.get_running_loop().create_task(
+            self._heal(switch), name=f"labd-heal-{switch}")
+
+    async def _heal(self, switch: str) -> None:
+        while True:
+            self._heal_again.discard(switch)
+            try:
+                await self._settle(switch)
+            except LabdError as exc:
+                # Offline again, the store refusing: the next reconnect tries again.
+                self.hub.publish("warning", {"detail": f"{switch}: the drift found on "
+                                                       f"reconnecting was not dealt with: {exc}"})
+            except Exception:
+                log.exception("%s: dealing with drift failed", switch)
+            if switch not in self._heal_again:
+                return
+
+    async def _settle(self, switch: str, report: StartupReport | None = None) -> None:
+        """The switch's map against the intended state, dealt with as ``on_drift`` says."""
+        drift = Drift.between(self.engine.intended[switch],
+                              self.engine.switches[switch].expected)
+        restarted = self._restarted.pop(switch, None)
+        if not drift:
+            return
+        policy = self.on_drift(switch)
+        self.hub.publish("drift", {"switch": switch, **_drift_data(drift), "policy": policy,
+                                   "restarted": restarted,
+                                   "when": "start-up" if report is not None else "reconnect"})
+        if report is not None:
+            report.drift[switch] = drift
+        if policy == "restore":
+            await self.engine.restore(switch)
+            if report is not None:
+                report.restored.append(switch)
+        elif policy == "adopt":
+            await self.engine.adopt(switch)
+            if report is not None:
+                report.adopted.append(switch)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> Daemon:
@@ -216,21 +287,19 @@ class Daemon:
         return report
 
     async def _reconcile(self, report: StartupReport) -> None:
-        """The switches' circuits against the intended state: drift reported, and restored
-        if ``restore`` is set."""
+        """The switches' circuits against the intended state, each dealt with as its
+        ``on_drift`` says; from here on, so is every switch that comes back online (one
+        that failed at start-up included)."""
         await self.engine.load_intended()
+        self._reconciled = True
         for name, switch in self.engine.switches.items():
-            if name in report.failed:
-                continue
-            drift = Drift.between(self.engine.intended[name], switch.expected)
-            if drift:
-                report.drift[name] = drift
-                self.hub.publish("drift", {"switch": name, "missing": list(drift.missing.items()),
-                                           "unexpected": list(drift.unexpected.items())})
-                if self.restore:
-                    await self.engine.reconfigure(name, replace=self.engine.intended[name],
-                                                  cause="restore", verify_light=False)
-                    report.restored.append(name)
+            if switch.state is not LinkState.ONLINE:
+                continue  # dealt with when it comes online
+            try:
+                await self._settle(name, report)
+            except LabdError as exc:
+                self.hub.publish("warning", {"detail": f"{name}: the drift found at start-up "
+                                                       f"was not dealt with: {exc}"})
 
     def _listen(self) -> tuple[_Server, socket.socket]:
         """The API's server and its listening socket (bound here: a port in use is an
@@ -283,6 +352,11 @@ class Daemon:
                         raise failed.exceptions[0] from None
                     raise
         finally:
+            healing, self._healing = list(self._healing.values()), {}
+            for task in healing:
+                task.cancel()
+            if healing:
+                await asyncio.wait(healing)
             for driver in self.drivers.values():
                 await driver.close()
             await self.store.close()
@@ -303,6 +377,11 @@ class Daemon:
             self._server.should_exit = True
             await asyncio.wait([serving], timeout=SERVER_EXIT_S)
             serving.cancel()
+
+
+def _drift_data(drift: Drift) -> dict[str, list[list[int]]]:
+    return {"missing": [[a, b] for a, b in sorted(drift.missing.items())],
+            "unexpected": [[a, b] for a, b in sorted(drift.unexpected.items())]}
 
 
 async def _to_the_end(work: Coroutine[Any, Any, None]) -> bool:

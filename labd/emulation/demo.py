@@ -109,7 +109,8 @@ async def _exercise(daemon: Daemon, name: str, backdoor: Backdoor, rounds: int,
 
 async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                    seed: int | None = None, light_events: int = 20, db: str | None = None,
-                   mqtt: str | None = None, port: int = 0) -> int:
+                   mqtt: str | None = None, port: int = 0, failover_db: str | None = None
+                   ) -> int:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as scratch:
         store = db or str(Path(scratch) / "demo.sqlite")
@@ -126,19 +127,21 @@ async def run_demo(lab: Lab, *, rounds: int, console: Console, serve: bool,
                 console.print(f"\nServing: API {daemon.url}/v1 (labd tui {daemon.url}); "
                               f"emulators' control endpoint {rig.control_url}.")
                 await _serve_failover_lab(console, mqtt, port + 1 if port else 0,
-                                          daemon.token, scratch)
+                                          daemon.token,
+                                          failover_db or str(Path(scratch) / "failover.sqlite"))
     return 0
 
 
 async def _serve_failover_lab(console: Console, mqtt: str | None, port: int, token: str,
-                              scratch: str) -> None:
+                              db: str) -> None:
     """Beside the demo lab, the packaged failover lab with its emulated GPU hosts, so that
     drills can be run from the UI (``d``) and watched. Serves until cancelled."""
     mqtt = _hosts_broker(console, mqtt)
-    async with emulated_rig(load_lab("failover"), db=str(Path(scratch) / "failover.sqlite"),
-                            mqtt=mqtt, port=port, token=token) as rig:
+    async with emulated_rig(load_lab("failover"), db=db, mqtt=mqtt, port=port,
+                            token=token) as rig:
         console.print(f"Serving the failover lab (4 GPU hosts, 2 spares; press d in the UI "
-                      f"for a drill): API {rig.daemon.url}/v1 (labd tui {rig.daemon.url}).")
+                      f"for a drill): API {rig.daemon.url}/v1 (labd tui {rig.daemon.url}), "
+                      f"store {db}.")
         console.print("Press Ctrl-C to stop.")
         await asyncio.Event().wait()
 
@@ -248,19 +251,23 @@ def _hosts_broker(console: Console, mqtt: str | None) -> str | None:
     return mqtt or local_broker()
 
 
-async def failover_drill(console: Console, mqtt: str | None, seed: int | None) -> None:
+async def failover_drill(console: Console, mqtt: str | None, seed: int | None,
+                         db: str | None = None) -> None:
     """One GPU failure on the packaged failover lab: a ring of four emulated GPU hosts with
     two spares; the daemon swaps a spare in and restarts the job. The hosts report over
     MQTT where a broker answers, else to the daemon over HTTP. Its hosts start job
-    processes: run it on the standard loop (labd.runtime)."""
+    processes: run it on the standard loop (labd.runtime). ``db``: the failover lab's
+    store, kept (a temporary one otherwise)."""
     mqtt = _hosts_broker(console, mqtt)
     console.print("\n[bold]Failover drill[/] on the packaged lab [cyan]failover[/]: a GPU of a "
                   "4-rank ring job fails (Xid 79); the daemon picks a spare, rewires the OCS, "
                   "waits for light and links, and restarts the job with the new rank map "
                   f"(hosts report {'over MQTT' if mqtt else 'over HTTP'})")
     (result,) = await measure_failover(load_lab("failover"), drills=1, lost=0, mqtt=mqtt,
-                                       console=console, seed=seed)
+                                       console=console, seed=seed, db=db)
     console.print(timeline_table(result))
+    if db is not None:
+        console.print(f"The failover lab's records (this timeline among them) are kept in {db}.")
 
 
 async def _fault_drill(switch: OpticalSwitch, backdoor: Backdoor, console: Console) -> None:

@@ -69,7 +69,7 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
         options.update(v_pi=entry.v_pi, calibration=entry.calibration,
                        settle_us=entry.settle_us)
     return cls(where, name=entry.id, settings=link_settings(entry, cls.default_settings),
-               **options)
+               watch_interval_s=entry.watch_interval_s, **options)
 
 
 def make_switch(entry: Instrument, address: str | None = None, *, source: str = "lab file"

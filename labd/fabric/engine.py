@@ -124,11 +124,13 @@ class Engine:
             raise UnknownPort(exc.message) from None
 
     def plan(self, name: str, *, connect: Iterable[Pair] = (), disconnect: Iterable[int] = (),
-             replace: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
-        """(pairs to make, pairs to break) against the intended state; raises RequestError
-        subclasses for anything wrong, before anything is touched."""
+             replace: Mapping[int, int] | None = None,
+             current: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
+        """(pairs to make, pairs to break) against the intended state (or ``current``, what
+        the switch holds, for a restore); raises RequestError subclasses for anything
+        wrong, before anything is touched."""
         switch = self.switch(name)
-        intended = self.intended[name]
+        intended = self.intended[name] if current is None else current
         partner = {**intended, **{b: a for a, b in intended.items()}}
         if replace is not None:
             target = dict(self._pairs(switch, replace.items()))
@@ -152,14 +154,19 @@ class Engine:
                           disconnect: Iterable[int] = (),
                           replace: Mapping[int, int] | None = None, cause: str = "api",
                           verify_light: bool = True,
-                          on_acknowledged: Callable[[str, int], None] | None = None) -> Result:
+                          on_acknowledged: Callable[[str, int], None] | None = None,
+                          from_device: bool = False) -> Result:
         """Carry out one request on one switch; returns once it is recorded.
         ``on_acknowledged(switch, ns)`` hears of the device's acknowledgement at once (light
-        verification may take a while longer)."""
+        verification may take a while longer). ``from_device``: a whole-map replacement
+        planned against what the switch holds rather than the intended state (a restore:
+        its record names the circuits put back and taken away)."""
         requested = time.monotonic_ns()
         switch = self.online(name)
         assert switch.info is not None
-        make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+        current = dict(switch.expected) if from_device and replace is not None else None
+        make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace,
+                              current=current)
         # A whole-map replacement holds the whole switch; anything else, its ports (and, for
         # light verification, the meter channels on its paths).
         ports = (range(1, switch.info.ports + 1) if replace is not None
@@ -174,7 +181,12 @@ class Engine:
         async with self.reservations.hold(keys):
             # Plan again under the reservation: a request ahead of us may have moved things
             # (a pair someone else made on our ports is now a 409, not a surprise).
-            make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace)
+            if current is not None:
+                # What the switch holds and what is intended, as they are now that the
+                # switch is ours: a request that went ahead of the restore stands.
+                current, replace = dict(switch.expected), dict(self.intended[name])
+            make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace,
+                                  current=current)
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
@@ -261,6 +273,43 @@ class Engine:
                 raise StoreUnavailable(refusal) from None
         await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
+        self.hub.publish("reconfiguration", result.as_dict())
+        return result
+
+    async def restore(self, name: str) -> Result:
+        """Put the intended circuits back on a switch that lost or gained some (a restart,
+        someone else's change): a whole-map replacement with cause ``restore``, timed and
+        recorded like any other."""
+        return await self.reconfigure(name, replace=self.intended[name], cause="restore",
+                                      verify_light=False, from_device=True)
+
+    async def adopt(self, name: str) -> Result:
+        """Take what the switch holds as the intended state (a lab whose switches are also
+        set by hand): nothing is sent; the record, cause ``adopt``, names the circuits the
+        intended state gained and lost."""
+        requested = time.monotonic_ns()
+        switch = self.online(name)
+        assert switch.info is not None
+        async with self.reservations.hold({(name, p) for p in range(1, switch.info.ports + 1)}):
+            observed = dict(switch.expected)
+            intended = self.intended[name]
+            make = sorted((a, b) for a, b in observed.items() if intended.get(a) != b)
+            brk = sorted((a, b) for a, b in intended.items() if observed.get(a) != b)
+            await self.store.check_writable()
+            done = time.monotonic_ns()
+            try:
+                row_id = await self.store.record(ReconfigurationRecord(
+                    switch=name, cause="adopt", outcome="ok", error=None, connected=make,
+                    disconnected=brk, requested_ns=requested, dispatched_ns=None,
+                    activated_ns=None, acked_ns=None, light_ns=None, done_ns=done,
+                    intended=observed, update_intended=True))
+            except StoreError as exc:
+                raise StoreUnavailable(f"{name}: the switch's map was not adopted, "
+                                       f"{exc}") from None
+            self.intended[name] = observed
+        result = Result(row_id, name, "adopt", "ok", None, make, brk,
+                        {"requested": requested, "dispatched": None, "activated": None,
+                         "acknowledged": None, "light": None, "done": done})
         self.hub.publish("reconfiguration", result.as_dict())
         return result
 

@@ -76,6 +76,9 @@ class InstrumentBase(Strict):
     write_termination: str | None = None
     read_termination: str | None = None
     query_delay: float = Field(default=0.0, ge=0, le=10)
+    watch_interval_s: float = Field(default=2.0, ge=0, le=3600)
+    """Seconds idle before the daemon sends the instrument one cheap query to see that it
+    is still there (and the same device); 0 turns the watch off."""
     emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
 
     @field_validator("address")
@@ -119,6 +122,10 @@ class SwitchEntry(InstrumentBase):
     """``NxM`` for Polatis (e.g. ``16x16``), a port count for CALIENT (e.g. ``320``)."""
     light_window_ms: float | None = Field(default=None, gt=0, le=LIGHT_WINDOW_MAX_MS)
     """How long light verification waits after a change on this switch; default the lab's."""
+    on_drift: Literal["restore", "report", "adopt"] = "restore"
+    """When the switch is found holding other circuits than intended (at start-up, after a
+    reconnect or a restart): put the intended ones back, only report it, or take the
+    switch's map as the intended one."""
 
     @field_validator("size")
     @classmethod

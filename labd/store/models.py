@@ -30,7 +30,7 @@ class Reconfiguration(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     switch: Mapped[str] = mapped_column(String(64), index=True)
     cause: Mapped[str] = mapped_column(String(16), index=True)
-    """api, recovery, measurement, schedule, restore"""
+    """api, recovery, measurement, schedule, restore, adopt"""
     outcome: Mapped[str] = mapped_column(String(16))
     """ok, failed, light-missing"""
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -92,9 +93,10 @@ async def test_probe_tl1_blocks_and_silence(lab: EmulatedLab) -> None:
 
 
 @pytest.mark.timeout(240)
-async def test_demo_runs_and_exits_zero() -> None:
+async def test_demo_runs_and_exits_zero(tmp_path: Path) -> None:
+    db = tmp_path / "demo.sqlite"
     code, out, err = await run("demo", "--rounds", "2", "--seed", "1", "--light-events", "4",
-                               timeout=200)
+                               "--db", str(db), timeout=200)
     assert code == 0, err
     for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out
@@ -105,6 +107,15 @@ async def test_demo_runs_and_exits_zero() -> None:
     assert "Failover drill" in out and "(recovered)" in out
     for stage in ("spare_chosen", "switches_acked", "links_up", "job_restarted", "first_step"):
         assert stage in out
+    # --db keeps what the demo recorded: the demo lab's changes, and the failover lab's
+    # (a store holds one lab) beside it, the drill's timeline among them.
+    failover_db = tmp_path / "demo-failover.sqlite"
+    with sqlite3.connect(db) as demo_store:
+        (changes,) = demo_store.execute("select count(*) from reconfigurations").fetchone()
+    with sqlite3.connect(failover_db) as failover_store:
+        (timelines,) = failover_store.execute(
+            "select count(*) from failover_timelines").fetchone()
+    assert changes > 0 and timelines == 1
 
 
 async def test_user_mistakes_are_messages_not_tracebacks(tmp_path: Path) -> None:
