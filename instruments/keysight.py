@@ -17,7 +17,7 @@ from instruments import scpi
 from instruments.errors import DeviceError, InvalidRequest, ProtocolError
 from instruments.link import Link, LinkSettings
 from instruments.meter import MeterInfo, PowerMeter, array_to_dbm
-from instruments.numbers import reply_float
+from instruments.numbers import reply_float, reply_int
 
 _CHANNELS = re.compile(r"N77(4[45])", re.IGNORECASE)
 #: Longest averaging time a meter may report (the N77xx go to 10 s).
@@ -51,7 +51,12 @@ class KeysightN77xx(PowerMeter):
         return info
 
     async def _unit_is_watts(self, link: Link, channel: int) -> bool:
-        return (await link.query(f":SENS{channel}:POW:UNIT?")).strip() == "1"
+        # 0 dBm, 1 W; the programming guide's examples show +1, so the number is read.
+        query = f":SENS{channel}:POW:UNIT?"
+        reply = await link.query(query)
+        if reply.strip().upper() in ("W", "DBM"):
+            return reply.strip().upper() == "W"
+        return reply_int(reply, query, self.name, what="a power unit (0 dBm, 1 W)") == 1
 
     async def _read(self, link: Link, channel: int) -> float:
         # The reply comes one averaging time after the trigger: wait that long as well.

@@ -13,6 +13,8 @@ from instruments.tl1_switch import Tl1Switch, port_values
 
 _SIZE = re.compile(r"SIZE=(\d+)x(\d+)", re.IGNORECASE)
 _SERIAL = re.compile(r"SN=([^,\s]+)")
+SIZE_BLOCKS = ":PARAMETER=SIZE"
+"""After the general block: an empty block, then the keyword."""
 _SHUTTER = {"OPEN": PortState.ENABLED, "CLOSED": PortState.DISABLED,
             "FAILED": PortState.FAILED}
 
@@ -29,10 +31,12 @@ class PolatisTl1(Tl1Switch):
         vendor, model, _kind, firmware = ([*fields, "", "", "", ""])[:4]
         inv = await self._optional(link, "RTRV-INV", "OCS")
         serial = _SERIAL.search(" ".join(inv.lines)) if inv else None
+        # The documented form, an empty positional block before the keyword one:
+        # RTRV-EQPT::SYSTEM:<ctag>:::PARAMETER=SIZE; (docs/protocols.md §1.2).
         if self.declared_size:
-            size = await self._optional(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")
+            size = await self._optional(link, "RTRV-EQPT", "SYSTEM", SIZE_BLOCKS)
         else:
-            size = await self._cmd(link, "RTRV-EQPT", "SYSTEM", "PARAMETER=SIZE")
+            size = await self._cmd(link, "RTRV-EQPT", "SYSTEM", SIZE_BLOCKS)
         match = _SIZE.search(" ".join(size.lines)) if size else None
         if match:
             n, m = (reply_int(v, "RTRV-EQPT", self.name, what="a side of the switch")

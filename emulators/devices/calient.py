@@ -178,8 +178,9 @@ class CalientTl1Session(Tl1Session):
                                f"{self.device.aid(a)},{self.device.aid(b)}")
                 found.append(crs)
             return found
-        # The short form ACT-CRS::::<name>; puts the name where the ctag block would end.
-        names = [p.strip() for p in (c.params or c.gb).split(",") if p.strip()]
+        # The short form ACT-CRS::::<name>; puts the name where the ctag block would end;
+        # otherwise the name is in the last payload block (empty blocks before it skipped).
+        names = [p.strip() for p in (c.last_block or c.gb).split(",") if p.strip()]
         found = [self.device.crs[n] for n in names if n in self.device.crs]
         if not found:
             raise Deny("IIAC", f"Invalid Connection: no connection named {quoted(c.params)}")
@@ -203,7 +204,7 @@ class CalientTl1Session(Tl1Session):
 
     async def _ent_crs(self, c: Tl1Command, t: int) -> None:
         pairs = self._pairs(c.aid)
-        params = [p.strip() for p in c.params.split(",")]
+        params = [p.strip() for p in c.last_block.split(",")]
         group = params[0] if params and params[0] else "SYSTEM"
         kind = params[1].upper() if len(params) > 1 and params[1] else "2WAY"
         names = params[2:]
@@ -244,7 +245,7 @@ class CalientTl1Session(Tl1Session):
     async def _dlt_crs(self, c: Tl1Command, t: int) -> None:
         if not c.aid:
             # DLT-CRS::<src>,<dst>:<ctag>::,<group>,<name>: the name is the last parameter
-            c = Tl1Command(c.verb, c.tid, c.aid, c.ctag, c.gb, c.params.split(",")[-1])
+            c = Tl1Command(c.verb, c.tid, c.aid, c.ctag, c.gb, c.last_block.split(",")[-1])
         targets = self._targets(c)
         await self._remove(targets, t)
 

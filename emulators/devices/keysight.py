@@ -32,6 +32,10 @@ CHANNELS = {"N7744A": 4, "N7745A": 8, "N7744C": 4, "N7745C": 8}
 MAX_LOG_POINTS = 1_000_000
 #: Log points worked out between turns of the loop (a few tenths of a millisecond).
 LOG_SLICE = 100
+#: Power-on (and ``*RST``) settings of every channel, as docs/protocols.md §4.1 answers them:
+#: ``:SENS<n>:POW:ATIM?`` 1.000000E-01, ``:UNIT?`` 0 (dBm), ``:WAV?`` 1.55000E-06, auto range.
+POWER_ON_ATIME_S = 0.1
+POWER_ON_NM = 1550.0
 
 
 @dataclass
@@ -74,7 +78,8 @@ class KeysightMeter:
         self.name = name
         self.options = options
         self.meter = MeterModel(name, CHANNELS[options.model], noise_db=options.noise_db,
-                                overrange=options.overrange, seed=options.seed)
+                                overrange=options.overrange, atime_s=POWER_ON_ATIME_S,
+                                unit_watts=False, wavelength_nm=POWER_ON_NM, seed=options.seed)
         self.faults = Faults()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
         self.scpi = SessionInterface("scpi", b"\n", lambda: KeysightSession(self))
@@ -85,6 +90,13 @@ class KeysightMeter:
     def reset(self) -> None:
         self.meter.reset()
         self.faults.clear()
+        self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+
+    def preset(self) -> None:
+        """``*RST``: every channel's power-on settings (docs/protocols.md §4.1: dBm, 0.1 s
+        averaging, 1550 nm, auto range), no logging function, trigger ``IGN``; the heads
+        and injected faults stay."""
+        self.meter.preset()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
 
     def boot(self) -> None:
@@ -170,7 +182,7 @@ class KeysightSession(ScpiDeviceSession):
 
     def _rst(self, args: str, _: list[int]) -> None:
         self.state.errors.clear()
-        self.device.reset()
+        self.device.preset()
 
     def _set_wavelength(self, args: str, s: list[int]) -> None:
         metres = parse_number(args, ("M", "NM", "UM", "PM", "MM"))

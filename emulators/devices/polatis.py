@@ -88,6 +88,7 @@ class PolatisSwitch:
 
     def reset(self) -> None:
         self.model.reset()
+        self.tl1.forget_alarms()
         self.faults.clear()
 
     def boot(self) -> None:
@@ -95,6 +96,7 @@ class PolatisSwitch:
         self.faults.clear()
         if self.options.boot_mode.upper() == "DARK":
             self.model.reset()
+            self.tl1.forget_alarms()
 
     def snapshot(self) -> dict[str, Any]:
         return self.model.snapshot()
@@ -256,6 +258,7 @@ class PolatisTl1Interface(Interface):
         self.device = device
         self.sessions: set[PolatisTl1Session] = set()
         self._atag = 0
+        self._alarmed: set[int] = set()  # ports whose PORTFAIL alarm is raised
         device.model.listeners.append(self._on_change)
         device.model.port_listeners.append(self._on_port)
 
@@ -263,6 +266,10 @@ class PolatisTl1Interface(Interface):
         session = PolatisTl1Session(self)
         self.sessions.add(session)
         return session
+
+    def forget_alarms(self) -> None:
+        """The model was reset (its ports enabled without a change each): no alarm stands."""
+        self._alarmed.clear()
 
     def next_atag(self) -> int:
         self._atag += 1
@@ -291,9 +298,13 @@ class PolatisTl1Interface(Interface):
         self._broadcast("REPT EVT PATCH", lines)
 
     def _on_port(self, port: int, state: str) -> None:
+        # A port failure raises an alarm and its repair clears it; a shutter closing or
+        # opening is no alarm (the clear follows a raise only).
         if state == "F":
+            self._alarmed.add(port)
             self._broadcast("REPT ALM PORT", [f"{port}:CR,PORTFAIL,SA"], alarm="*C")
-        elif state == "E":
+        elif port in self._alarmed:
+            self._alarmed.discard(port)
             self._broadcast("REPT ALM PORT", [f"{port}:CL,PORTFAIL,SA"], alarm="A")
 
 
@@ -403,7 +414,7 @@ class PolatisTl1Session(Tl1Session):
         self.autonomous_enabled = True
 
     async def _set_sid(self, c: Tl1Command, t: int) -> None:
-        sid = c.params.strip().strip('"')
+        sid = c.last_block.strip('"')
         # The SID heads every output block of every session: nothing that breaks framing.
         if not _SID.fullmatch(sid):
             raise Deny("IPNV", f"Parameter not valid: SID {quoted(sid)} is not 1 to 20 "
@@ -411,7 +422,7 @@ class PolatisTl1Session(Tl1Session):
         self.device.options.sid = sid
 
     async def _init_sys(self, c: Tl1Command, t: int) -> None:
-        if c.params.strip() in ("0", "1"):
+        if c.last_block in ("0", "1"):
             await self._change("init-sys", lambda: self.model.plan_only([]), t)
             for p in list(self.model.port_state):
                 if self.model.state_of(p) == "D":

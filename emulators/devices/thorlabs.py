@@ -22,6 +22,10 @@ from emulators.wire.server import Interface, SessionInterface
 
 #: Seconds per averaged sample (driver comments: about 3 ms; the PM100D samples at ~300 Hz).
 SAMPLE_S = 0.003
+#: Power-on (and ``*RST``) settings: the meter reads in W (PyMeasure's ThorlabsPM100USB
+#: reads ``power`` in W without setting the unit), the wavelength the emulated head starts at.
+POWER_ON_WATTS = True
+POWER_ON_NM = 1310.0
 
 
 @dataclass
@@ -45,8 +49,8 @@ class ThorlabsMeter:
         self.name = name
         self.options = options
         self.meter = MeterModel(name, 1, noise_db=options.noise_db, overrange=9.91e37,
-                                atime_s=options.sample_s, seed=options.seed)
-        self.meter.state[1].wavelength_nm = 1310.0
+                                atime_s=options.sample_s, unit_watts=POWER_ON_WATTS,
+                                wavelength_nm=POWER_ON_NM, seed=options.seed)
         self.averages = 1
         self.faults = Faults()
         self.scpi = SessionInterface("scpi", b"\n", lambda: ThorlabsSession(self))
@@ -56,9 +60,13 @@ class ThorlabsMeter:
 
     def reset(self) -> None:
         self.meter.reset()
-        self.meter.state[1].wavelength_nm = 1310.0
         self.averages = 1
         self.faults.clear()
+
+    def preset(self) -> None:
+        """``*RST``: the power-on settings; the head and injected faults stay."""
+        self.meter.preset()
+        self.averages = 1
 
     def boot(self) -> None:
         self.reset()
@@ -81,7 +89,7 @@ class ThorlabsSession(ScpiDeviceSession):
         opts = device.options
         table = {
             "*IDN?": lambda a, s: f"Thorlabs,{opts.model},{opts.serial},{opts.firmware}",
-            "*RST": lambda a, s: device.reset(),
+            "*RST": lambda a, s: device.preset(),
             "*CLS": lambda a, s: self.state.errors.clear(),
             "*OPC?": lambda a, s: "1",
             ":SYSTem:ERRor?": lambda a, s: self.state.pop_error(),

@@ -8,6 +8,7 @@ unplugged: reads fail), ``saturation`` (reads return the over-range sentinel), `
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -37,16 +38,20 @@ class ChannelState:
 
 
 class MeterModel:
+    """``atime_s``, ``unit_watts`` and ``wavelength_nm`` are the meter's power-on (and
+    ``*RST``) settings of every channel."""
+
     def __init__(self, name: str, channels: int, *, noise_db: float = 0.01,
-                 overrange: float = 9.91e37, atime_s: float = 0.1, seed: int | None = None
-                 ) -> None:
+                 overrange: float = 9.91e37, atime_s: float = 0.1, unit_watts: bool = False,
+                 wavelength_nm: float = 1550.0, seed: int | None = None) -> None:
         self.name = name
         self.channels = channels
         self.noise_db = noise_db
         self.overrange = overrange
-        self.default_atime = atime_s
+        self.power_on = ChannelState(wavelength_nm=wavelength_nm, unit_watts=unit_watts,
+                                     atime_s=atime_s)
         self.optics: OpticalModel | None = None
-        self.state = {c: ChannelState(atime_s=atime_s) for c in range(1, channels + 1)}
+        self.state = {c: dataclasses.replace(self.power_on) for c in range(1, channels + 1)}
         self._rng = random.Random(seed)
         self._np_rng = np.random.default_rng(seed)
 
@@ -54,8 +59,15 @@ class MeterModel:
         return f"{self.name}:{channel}"
 
     def reset(self) -> None:
-        self.state = {c: ChannelState(atime_s=self.default_atime)
-                      for c in range(1, self.channels + 1)}
+        """Power-on: the power-on settings, heads back, nothing measured yet."""
+        self.state = {c: dataclasses.replace(self.power_on) for c in range(1, self.channels + 1)}
+
+    def preset(self) -> None:
+        """``*RST``: every channel's settings back to power-on; what is not a setting stays
+        (a missing head stays missing, a zeroing's offset and the last reading stay)."""
+        self.state = {c: dataclasses.replace(self.power_on, fault=s.fault, offset_db=s.offset_db,
+                                             last_dbm=s.last_dbm)
+                      for c, s in self.state.items()}
 
     def set_fault(self, channel: int | None, fault: str | None) -> None:
         for c in [channel] if channel else list(self.state):

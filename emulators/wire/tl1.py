@@ -33,6 +33,19 @@ class Tl1Command:
     ctag: str
     gb: str
     params: str
+    """Everything after the general block: the payload blocks, joined by ``:`` as sent."""
+
+    @property
+    def blocks(self) -> list[str]:
+        """The payload blocks. GR-831 lets a block be empty (``::``, ``:::``): an empty
+        block stands for parameters left out, so ``…:<ctag>::PARAMETER=SIZE;`` and
+        ``…:<ctag>:::PARAMETER=SIZE;`` say the same."""
+        return [block.strip() for block in split_fields(self.params)]
+
+    @property
+    def last_block(self) -> str:
+        """The last payload block that is not empty ("" when none is)."""
+        return next((block for block in reversed(self.blocks) if block), "")
 
 
 def split_fields(text: str) -> list[str]:
@@ -119,11 +132,15 @@ def quoted(text: str, limit: int = 64) -> str:
 
 
 def keyword_params(params: str) -> dict[str, str]:
+    """``NAME=value`` parameters of a command's payload (:attr:`Tl1Command.params`), in
+    whichever of its blocks they are: empty blocks before a keyword block (``::``,
+    ``:::``, as GR-831 allows) are skipped, not read as part of a keyword."""
     out = {}
-    for item in params.split(","):
-        key, sep, value = item.partition("=")
-        if sep:
-            out[key.strip().upper()] = value.strip().strip('"')
+    for block in split_fields(params):
+        for item in block.split(","):
+            key, sep, value = item.partition("=")
+            if sep and key.strip():
+                out[key.strip().upper()] = value.strip().strip('"')
     return out
 
 

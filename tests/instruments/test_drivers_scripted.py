@@ -111,7 +111,7 @@ POLATIS_TL1_START = [
     (b"ACT-USER::admin:1::root;\r\n", tl1_block(1)),
     (b"RTRV-NETYPE:::2:;\r\n", tl1_block(2, ["Polatis,N-OST-16x16-LA1,OCS,6.5.2"])),
     (b"RTRV-INV::OCS:3:;\r\n", tl1_block(3, ["OCS:SN=002414,PN=x"])),
-    (b"RTRV-EQPT::SYSTEM:4::PARAMETER=SIZE;\r\n", tl1_block(4, ["SYSTEM:SIZE=16x16"])),
+    (b"RTRV-EQPT::SYSTEM:4:::PARAMETER=SIZE;\r\n", tl1_block(4, ["SYSTEM:SIZE=16x16"])),
     (b"RTRV-PATCH:::5:;\r\n", tl1_block(5, ["1,17"])),
 ]
 
@@ -208,7 +208,7 @@ async def test_polatis_tl1_malformed_block_and_silence() -> None:
     second = [(b"ACT-USER::admin:7::root;\r\n", tl1_block(7)),
               (b"RTRV-NETYPE:::8:;\r\n", tl1_block(8, ["Polatis,N-OST-16x16-LA1,OCS,6.5.2"])),
               (b"RTRV-INV::OCS:9:;\r\n", tl1_block(9, ["OCS:SN=002414,PN=x"])),
-              (b"RTRV-EQPT::SYSTEM:10::PARAMETER=SIZE;\r\n",
+              (b"RTRV-EQPT::SYSTEM:10:::PARAMETER=SIZE;\r\n",
                tl1_block(10, ["SYSTEM:SIZE=16x16"])),
               (b"RTRV-PATCH:::11:;\r\n", tl1_block(11, ["1,17"])),
               (b"RTRV-PATCH:::12:;\r\n", SILENCE)]

@@ -108,7 +108,7 @@ async def test_a_refused_optional_identity_query_is_a_warning_not_a_failure() ->
     script = [TL1_LOGIN,
               (b"RTRV-NETYPE:::2:;\r\n", tl1_block(2, deny=("IICM", "Invalid command"))),
               (b"RTRV-INV::OCS:3:;\r\n", tl1_block(3, ["OCS:SN=002414,PN=x"])),
-              (b"RTRV-EQPT::SYSTEM:4::PARAMETER=SIZE;\r\n", tl1_block(4, ["SYSTEM:SIZE=16x16"])),
+              (b"RTRV-EQPT::SYSTEM:4:::PARAMETER=SIZE;\r\n", tl1_block(4, ["SYSTEM:SIZE=16x16"])),
               (b"RTRV-PATCH:::5:;\r\n", tl1_block(5, ["1,17"]))]
     async with ScriptedDevice([script]) as dev:
         sw = PolatisTl1(dev.address, name="ocs", backoff=FAST, user="admin", password="root",
@@ -124,7 +124,7 @@ async def test_a_refused_optional_identity_query_is_a_warning_not_a_failure() ->
 
 
 async def test_the_size_query_is_optional_only_where_the_lab_file_gives_the_size() -> None:
-    refused = (b"RTRV-EQPT::SYSTEM:4::PARAMETER=SIZE;\r\n",
+    refused = (b"RTRV-EQPT::SYSTEM:4:::PARAMETER=SIZE;\r\n",
                tl1_block(4, deny=("IICM", "Invalid command")))
     start = [TL1_LOGIN,
              (b"RTRV-NETYPE:::2:;\r\n", tl1_block(2, ["Polatis,N-OST-16x16-LA1,OCS,6.5.2"])),

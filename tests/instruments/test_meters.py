@@ -99,7 +99,7 @@ async def test_pyvisa_reads_both_meters(lab: EmulatedLab) -> None:
     assert t["sensor"].startswith("S122C,")
     assert float(t["min"]) == 700 and float(t["max"]) == 1800
     # -3 dBm launched, 0.5 + 1.2 + 0.3 dB of loss
-    assert t["power"] == pytest.approx(-5.0, abs=0.01) and t["unit"] == "DBM"
+    assert t["power"] == pytest.approx(10 ** (-5.0 / 10) / 1000, rel=0.01) and t["unit"] == "W"
 
 
 async def test_logging_trace_shows_the_transient(lab: EmulatedLab) -> None:
@@ -267,3 +267,20 @@ async def test_light_ground_truth_over_http(lab: EmulatedLab) -> None:
         assert (await http.get("/v1/light", params={"since": crossing["seq"]})).json() == []
         seen = (await http.get("/v1/emulators/pm1/truth")).json()["crossings"]
         assert seen == [crossing]
+
+
+@pytest.mark.parametrize(("answer", "watts"), [(b"+1", True), (b"1", True), (b"+0", False),
+                                               (b"W", True), (b"DBM", False)])
+async def test_a_keysight_unit_reply_is_read_as_a_number(answer: bytes, watts: bool) -> None:
+    """The programming guide's examples answer ``:SENS1:POW:UNIT?`` with ``+1`` (W): read
+    as a number, not compared with ``1`` as text."""
+    from tests.scripted import ScriptedDevice
+
+    script: list[tuple[bytes, object]] = [
+        (b"*IDN?\n", b"Keysight Technologies,N7744A,MY00000001,1.0\n"),
+        *((f":SENS{c}:POW:ATIM?\n".encode(), b"+1.00000000E-001\n") for c in range(1, 5)),
+        *((f":SENS{c}:POW:UNIT?\n".encode(), answer + b"\n") for c in range(1, 5))]
+    async with ScriptedDevice([script]) as dev:
+        async with KeysightN77xx(dev.address, name="pm") as meter:
+            assert meter._watts == {c: watts for c in range(1, 5)}
+    assert not dev.mismatches
