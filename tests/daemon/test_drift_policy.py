@@ -2,6 +2,8 @@
 the daemon marks it offline and, once it is back, deals with what it lost as the switch's
 ``on_drift`` says (restore, report, adopt). Real emulators over TCP, the real store."""
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,36 +19,44 @@ from tests.rigs import AUTH, StartRig, next_event
 CIRCUITS = [[2, 10], [3, 11]]
 
 
-async def cycled(rig: Rig, sub: Subscription) -> Event:
-    """Power the switch off and on while nobody uses it; the daemon's drift event."""
-    assert rig.emulated is not None
-    await rig.emulated.power("ocs1", on=False)
-    while (await next_event(sub, "instrument.state")).data["state"] != "backoff":
-        pass  # found by the watch: no command was sent
-    assert rig.daemon.drivers["ocs1"].state is not LinkState.ONLINE
-    await rig.emulated.power("ocs1", on=True)
-    return await next_event(sub, "drift")
+@contextlib.asynccontextmanager
+async def cycled(start_rig: StartRig, tag: str, *, restore: bool = True, **fields: Any
+                 ) -> AsyncIterator[tuple[Rig, Subscription, Event]]:
+    """A daemon on one switch holding CIRCUITS (``fields``: its lab-file entry's), the
+    switch powered off and on while nobody uses it; the rig, a subscription to its events
+    from before the power cycle, and the daemon's drift event."""
+    async with start_rig(tag, switch(size="8x8", watch_interval_s=0.1, **fields), token="t",
+                         restore=restore) as rig:
+        async with httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+            r = await http.post("/v1/switches/ocs1/connections",
+                                json={"pairs": CIRCUITS, "verify_light": False})
+            assert r.status_code == 200, r.text
+        _, sub = rig.daemon.hub.subscribe()
+        assert rig.emulated is not None
+        await rig.emulated.power("ocs1", on=False)
+        while (await next_event(sub, "instrument.state")).data["state"] != "backoff":
+            pass  # found by the watch: no command was sent
+        assert rig.daemon.drivers["ocs1"].state is not LinkState.ONLINE
+        await rig.emulated.power("ocs1", on=True)
+        yield rig, sub, await next_event(sub, "drift")
 
 
 async def causes(rig: Rig) -> list[tuple[Any, ...]]:
     rows = await rig.daemon.store.read(lambda s: s.execute(sqlalchemy.text(
-        "select cause, outcome from reconfigurations order by id"
-    )).all())
+        "select cause, outcome from reconfigurations order by id")).all())
     return [tuple(r) for r in rows]
+
+
+def held(rig: Rig) -> dict[int, int]:
+    assert rig.emulated is not None
+    return dict(rig.emulated.device("ocs1").model.connections)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("driver", ["polatis-scpi", "polatis-tl1"])
 async def test_restore_puts_back_what_a_power_cycle_lost(start_rig: StartRig,
                                                          driver: str) -> None:
     options = {"user": "admin", "password": "root"} if driver == "polatis-tl1" else {}
-    async with start_rig("heal", switch(size="8x8", driver=driver, watch_interval_s=0.1,
-                                        **options), token="t") as rig:
-        async with httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
-            r = await http.post("/v1/switches/ocs1/connections",
-                                json={"pairs": CIRCUITS, "verify_light": False})
-            assert r.status_code == 200, r.text
-        _, sub = rig.daemon.hub.subscribe()
-        drift = await cycled(rig, sub)
+    async with cycled(start_rig, "heal", driver=driver, **options) as (rig, sub, drift):
         assert drift.data["missing"] == CIRCUITS and drift.data["unexpected"] == []
         assert drift.data["policy"] == "restore" and drift.data["when"] == "reconnect"
         assert "emptied" in drift.data["restarted"]
@@ -54,39 +64,25 @@ async def test_restore_puts_back_what_a_power_cycle_lost(start_rig: StartRig,
         assert restored.data["cause"] == "restore" and restored.data["outcome"] == "ok"
         assert restored.data["connected"] == CIRCUITS
         assert restored.data["phases"]["acknowledged"] is not None  # timed like any other
-        assert rig.emulated is not None
-        assert rig.emulated.device("ocs1").model.connections == {2: 10, 3: 11}  # type: ignore[attr-defined]
+        assert held(rig) == {2: 10, 3: 11}
         assert rig.daemon.engine.intended["ocs1"] == {2: 10, 3: 11}
-        rows = await causes(rig)
-        assert rows == [("api", "ok"), ("restore", "ok")]
+        assert await causes(rig) == [("api", "ok"), ("restore", "ok")]
 
 
 async def test_report_names_the_missing_circuits_and_changes_nothing(
         start_rig: StartRig) -> None:
-    async with start_rig("report", switch(size="8x8", watch_interval_s=0.1,
-                                          on_drift="report"), token="t") as rig:
+    async with cycled(start_rig, "report", on_drift="report") as (rig, _, drift):
+        assert drift.data["missing"] == CIRCUITS and drift.data["policy"] == "report"
         async with httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
-            await http.post("/v1/switches/ocs1/connections",
-                            json={"pairs": CIRCUITS, "verify_light": False})
-            _, sub = rig.daemon.hub.subscribe()
-            drift = await cycled(rig, sub)
-            assert drift.data["missing"] == CIRCUITS and drift.data["policy"] == "report"
             r = await http.get("/v1/switches/ocs1")
             assert r.status_code == 200, r.text
         assert rig.daemon.engine.intended["ocs1"] == {2: 10, 3: 11}  # still what is wanted
-        assert rig.emulated is not None
-        assert rig.emulated.device("ocs1").model.connections == {}  # type: ignore[attr-defined]
+        assert held(rig) == {}
         assert [c for c, *_ in await causes(rig)] == ["api"]
 
 
 async def test_adopt_takes_the_switch_map_as_intended(start_rig: StartRig) -> None:
-    async with start_rig("adopt", switch(size="8x8", watch_interval_s=0.1,
-                                         on_drift="adopt"), token="t") as rig:
-        async with httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
-            await http.post("/v1/switches/ocs1/connections",
-                            json={"pairs": CIRCUITS, "verify_light": False})
-        _, sub = rig.daemon.hub.subscribe()
-        drift = await cycled(rig, sub)
+    async with cycled(start_rig, "adopt", on_drift="adopt") as (rig, sub, drift):
         assert drift.data["policy"] == "adopt"
         adopted = await next_event(sub, "reconfiguration")
         assert adopted.data["cause"] == "adopt" and adopted.data["disconnected"] == CIRCUITS
@@ -97,13 +93,7 @@ async def test_adopt_takes_the_switch_map_as_intended(start_rig: StartRig) -> No
 
 
 async def test_no_restore_overrides_every_switch(start_rig: StartRig) -> None:
-    async with start_rig("norestore", switch(size="8x8", watch_interval_s=0.1),
-                         token="t", restore=False) as rig:
+    async with cycled(start_rig, "norestore", restore=False) as (rig, _, drift):
         assert rig.daemon.on_drift("ocs1") == "report"
-        async with httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
-            await http.post("/v1/switches/ocs1/connections",
-                            json={"pairs": CIRCUITS, "verify_light": False})
-        _, sub = rig.daemon.hub.subscribe()
-        drift = await cycled(rig, sub)
         assert drift.data["policy"] == "report"
         assert [c for c, *_ in await causes(rig)] == ["api"]
