@@ -280,7 +280,6 @@ async def test_a_keysight_unit_reply_is_read_as_a_number(answer: bytes, watts: b
         (b"*IDN?\n", b"Keysight Technologies,N7744A,MY00000001,1.0\n"),
         *((f":SENS{c}:POW:ATIM?\n".encode(), b"+1.00000000E-001\n") for c in range(1, 5)),
         *((f":SENS{c}:POW:UNIT?\n".encode(), answer + b"\n") for c in range(1, 5))]
-    async with ScriptedDevice([script]) as dev:
-        async with KeysightN77xx(dev.address, name="pm") as meter:
-            assert meter._watts == {c: watts for c in range(1, 5)}
+    async with ScriptedDevice([script]) as dev, KeysightN77xx(dev.address, name="pm") as meter:
+        assert meter._watts == {c: watts for c in range(1, 5)}
     assert not dev.mismatches
