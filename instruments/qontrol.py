@@ -78,10 +78,10 @@ async def ask(link: Link, command: str, lines: int = 1) -> list[str]:
 
 
 async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
-    """Send set commands, then ``nchan?``; raise the first error line the batch caused."""
-    for command in commands:
-        await link.write(command)
-    await link.write_query("nchan?")
+    """Send set commands, then ``nchan?``, in one write (a serial line is a byte stream: one
+    write is one system call, and the board reads the lines as they come); raise the first
+    error line the batch caused."""
+    await link.write_query(link.settings.write_termination.join([*commands, "nchan?"]))
     first_error: DeviceError | None = None
     while True:
         line = (await link.read_line()).strip()

@@ -104,6 +104,23 @@ def _realtime_to_monotonic(tries: int = 5) -> tuple[int, int]:
     return best[1], best[2]
 
 
+#: A change of the clocks' offset beyond this is a step of the wall clock: measure again.
+_STEP_NS = 50_000
+_offset: int | None = None
+
+
+def _clock_offset() -> tuple[int, int]:
+    """(CLOCK_MONOTONIC - CLOCK_REALTIME, the monotonic time now). The clocks run at one
+    rate and their offset moves only when the wall clock is stepped: it is measured once,
+    tightly, and kept until two readings now say it moved (measured for each command, it
+    was off by half of whatever interrupted those readings)."""
+    global _offset
+    now = time.monotonic_ns()
+    if _offset is None or abs(now - time.time_ns() - _offset) > _STEP_NS:
+        _offset, now = _realtime_to_monotonic(50)
+    return _offset, now
+
+
 class _Valve(asyncio.ReadTransport):
     """What a StreamReader pauses when its buffer passes twice its limit and resumes when
     it is read: a client that writes faster than its session reads is held back by the
@@ -175,7 +192,7 @@ class TcpLine:
         for level, kind, raw in ancillary:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
                 seconds, nanoseconds = _TIMESPEC.unpack_from(raw)
-                offset, now = _realtime_to_monotonic()
+                offset, now = _clock_offset()
                 landed = seconds * 1_000_000_000 + nanoseconds + offset
                 if 0 <= now - landed < 10_000_000_000:  # else the wall clock was stepped
                     self._landed = landed

@@ -146,3 +146,17 @@ async def test_an_emulated_switch_keeps_its_timing_from_the_commands_arrival(
     assert first["settled_ns"] - first["arrived_ns"] == 20_000_000
     assert second["arrived_ns"] >= first["settled_ns"]
     assert second["settled_ns"] - second["arrived_ns"] == 20_000_000
+
+
+def test_the_clocks_offset_is_kept_and_measured_again_after_a_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The realtime → monotonic offset is measured once, tightly; a wall clock stepped by a
+    second (as NTP or an operator may) is noticed at the next stamp and measured again."""
+    monkeypatch.setattr(wirestamp, "_offset", None)
+    first, _ = wirestamp.clock_offset()
+    again, _ = wirestamp.clock_offset()
+    assert again == first  # kept: not measured anew for every stamp
+    real = time.time_ns
+    monkeypatch.setattr(wirestamp.time, "time_ns", lambda: real() + 1_000_000_000)
+    stepped, _ = wirestamp.clock_offset()
+    assert abs(stepped - (first - 1_000_000_000)) < wirestamp.STEP_NS
