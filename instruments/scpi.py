@@ -87,9 +87,10 @@ def parse_error(text: str, *, command: str = ":SYST:ERR?",
 
 def split_answers(line: str) -> list[str]:
     """Split an IEEE 488.2 joined answer on ``;`` outside double quotes."""
-    if '"' not in line:
-        return line.split(";")
-    parts: list[str] = []
+    parts = line.split(";")
+    if '"' not in line or all(part.count('"') % 2 == 0 for part in parts):
+        return parts  # no ``;`` inside a quoted string: the plain split is the answer
+    parts = []
     current: list[str] = []
     quoted = False
     for ch in line:

@@ -155,6 +155,8 @@ class TcpLine:
         self.reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
         self.reader.set_transport(_Valve(self._pause, self._resume))
         self._landed = 0
+        # Read into a buffer kept for the connection: recvmsg(n) allocates n bytes a call.
+        self._into = memoryview(bytearray(65536))
         self._pending = bytearray()
         self._loop = asyncio.get_running_loop()
         sock.setblocking(False)
@@ -179,12 +181,12 @@ class TcpLine:
 
     def _readable(self) -> None:
         try:
-            data, ancillary, _, _ = self.sock.recvmsg(65536, _ANCILLARY_SIZE)
+            count, ancillary, _, _ = self.sock.recvmsg_into([self._into], _ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            data, ancillary = b"", []
-        if not data:
+            count, ancillary = 0, []
+        if not count:
             self._stop()
             self.reader.feed_eof()
             return
@@ -196,7 +198,7 @@ class TcpLine:
                 landed = seconds * 1_000_000_000 + nanoseconds + offset
                 if 0 <= now - landed < 10_000_000_000:  # else the wall clock was stepped
                     self._landed = landed
-        self.reader.feed_data(data)
+        self.reader.feed_data(self._into[:count])
 
     def send(self, data: bytes) -> None:
         if self._fd < 0:
@@ -337,15 +339,17 @@ class Endpoint:
         reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
         loop = asyncio.get_running_loop()
 
+        into = memoryview(bytearray(65536))  # kept: os.read(n) allocates n bytes a call
+
         def on_readable() -> None:
             try:
-                data = os.read(master, 65536)
+                count = os.readv(master, [into])
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 return
-            if data:
-                reader.feed_data(data)
+            if count:
+                reader.feed_data(into[:count])
 
         loop.add_reader(master, on_readable)
 

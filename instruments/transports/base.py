@@ -51,9 +51,10 @@ class ReceiveBuffer:
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
 
-    def feed(self, data: bytes, arrived_ns: int | None = None) -> None:
-        """Take received bytes; ``arrived_ns``: when they reached the machine, where the
-        transport knows (else now)."""
+    def feed(self, data: bytes | memoryview, arrived_ns: int | None = None) -> None:
+        """Take received bytes (copied: ``data`` may be the transport's own read buffer);
+        ``arrived_ns``: when they reached the machine, where the transport knows (else
+        now)."""
         self.fed_ns = time.monotonic_ns() if arrived_ns is None else arrived_ns
         self._data += data
         if len(self._data) > 2 * BUFFER_LIMIT or (

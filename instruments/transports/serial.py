@@ -47,18 +47,19 @@ class SerialTransport(BufferedTransport):
         buffer = ReceiveBuffer(self.address)
         fd = port.fileno()
         os.set_blocking(fd, False)
+        into = memoryview(bytearray(65536))  # kept: os.read(n) would allocate n each time
 
         def on_readable() -> None:
             try:
-                data = os.read(fd, 65536)
+                count = os.readv(fd, [into])
             except BlockingIOError:
                 return
             except OSError as exc:
                 loop.remove_reader(fd)
                 buffer.feed_eof(f"read failed: {exc.strerror or exc}")
                 return
-            if data:
-                buffer.feed(data)
+            if count:
+                buffer.feed(into[:count])
             else:  # hang-up: the adapter was pulled or the pty's other side went away
                 loop.remove_reader(fd)
                 buffer.feed_eof("hung up")

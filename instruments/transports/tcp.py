@@ -13,11 +13,15 @@ from instruments.errors import ConnectError, InstrumentClosed
 from instruments.transports import wirestamp
 from instruments.transports.base import BufferedTransport, ReceiveBuffer
 
+#: The most one read takes. Read into a buffer the transport keeps: ``recvmsg(n)``
+#: allocates n bytes for every call, and at this size that is a fresh mapping of memory
+#: (mmap, page faults, munmap) for every reply, about 50 µs of a 100 µs round trip.
 _CHUNK = 256 * 1024
 
 
 class TcpTransport(BufferedTransport):
     _sock: socket.socket | None = None
+    _into: memoryview
     stamped = False
     """Whether arrivals are the kernel's stamps (else: when the event loop read them)."""
 
@@ -29,6 +33,7 @@ class TcpTransport(BufferedTransport):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.stamped = wirestamp.enable(sock)
         buffer = ReceiveBuffer(self.address)
+        self._into = memoryview(bytearray(_CHUNK))
         loop.add_reader(sock.fileno(), self._readable, sock, buffer)
         self._sock, self._buffer = sock, buffer
 
@@ -57,18 +62,19 @@ class TcpTransport(BufferedTransport):
 
     def _readable(self, sock: socket.socket, buffer: ReceiveBuffer) -> None:
         try:
-            data, ancillary, _, _ = sock.recvmsg(_CHUNK, wirestamp.ANCILLARY_SIZE)
+            count, ancillary, _, _ = sock.recvmsg_into([self._into], wirestamp.ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._stop_reading(sock)
             buffer.feed_eof(f"connection lost: {exc.strerror or exc}")
             return
-        if not data:
+        if not count:
             self._stop_reading(sock)
             buffer.feed_eof()
             return
-        buffer.feed(data, wirestamp.arrival_ns(ancillary) if self.stamped else None)
+        buffer.feed(self._into[:count],
+                    wirestamp.arrival_ns(ancillary) if self.stamped else None)
 
     @staticmethod
     def _stop_reading(sock: socket.socket) -> None:
