@@ -10,11 +10,12 @@ would otherwise be taken for the answer to the next command); a background task 
 runs the driver's resync (flush, re-identify, re-read state, report drift) and only then
 lets commands through again.
 
-A link that nobody uses can die unseen: a switch power-cycled while idle leaves a socket
-that looks open until the next command finds it closed. Where a watch interval is set, an
-instrument idle that long gets one cheap query (the driver's probe), taken under the same
-lock as any command, so it never interleaves with one; a probe that fails drops the link
-as a command's failure would, and reconnection follows.
+A link that nobody uses can die unseen. One the device closes is dropped as it closes (the
+transport tells, read or not). One that only goes silent (power cut, cable pulled) looks
+open until something is sent: where a watch interval is set, an instrument idle that long
+gets one cheap query (the driver's probe), taken under the same lock as any command, so it
+never interleaves with one; a probe that fails drops the link as a command's failure would,
+and reconnection follows.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class Connection(EventSource):
         """When the latest exchange ended (CLOCK_MONOTONIC ns)."""
         self.probes = 0
         """Probes sent since the connection was made (what the watch cost the wire)."""
+        self._losing: asyncio.Task[None] | None = None
+        link.on_lost(self._lost)
 
     @property
     def state(self) -> LinkState:
@@ -160,6 +163,19 @@ class Connection(EventSource):
             finally:
                 self._idle_since = time.monotonic_ns()
 
+    def _lost(self, why: str) -> None:
+        """The device closed the link. With a command on the wire, its read fails and drops
+        the link; an idle link is dropped here, so that a device that went away is offline
+        now, not at the next command or probe."""
+        if self._state is LinkState.ONLINE and not self._lock.locked():
+            self._losing = asyncio.get_running_loop().create_task(
+                self._drop_idle(why), name=f"lost-{self.name}")
+
+    async def _drop_idle(self, why: str) -> None:
+        async with self._lock:
+            if self._state is LinkState.ONLINE:
+                await self._drop(why)
+
     async def _watch(self) -> None:
         """Probe the link whenever it has been idle for the watch interval. Only while
         online: an instrument in backoff is the reconnector's."""
@@ -219,12 +235,12 @@ class Connection(EventSource):
             await self._online.wait()
 
     async def close(self) -> None:
-        for task in (self._reconnector, self._watcher):
+        for task in (self._reconnector, self._watcher, self._losing):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._reconnector = self._watcher = None
+        self._reconnector = self._watcher = self._losing = None
         async with self._lock:
             await self.link.close()
             self._set_state(LinkState.CLOSED)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from instruments.address import Address, parse_address
@@ -53,6 +53,9 @@ class Link:
         self._activated_ns: int | None = None
         self._acknowledged_ns: int | None = None
         self._activating = self._moving = False
+        self.bytes_out = self.bytes_in = 0
+        """Bytes written and read since the link was made (what a slow serial line's time
+        on the wire is worked out from)."""
 
     def mark(self) -> None:
         """Start timing an exchange: :attr:`sent_ns` becomes its first write's time."""
@@ -86,6 +89,10 @@ class Link:
     def is_open(self) -> bool:
         return self._transport.is_open
 
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """``callback(why)`` when the device closes the link, read or not."""
+        self._transport.lost = callback
+
     async def open(self) -> None:
         self._debug = wire_log.isEnabledFor(logging.DEBUG)
         await self._transport.open()
@@ -109,6 +116,7 @@ class Link:
             if self._activating:
                 self._activated_ns = self._activated_ns or now
         self._moving, self._activating = self._activating, False
+        self.bytes_out += len(data)
         await self._transport.write(data)
 
     async def write(self, message: str, *, secret: str | None = None) -> None:
@@ -133,6 +141,7 @@ class Link:
         except InstrumentError as exc:
             exc.instrument = exc.instrument or self.name
             raise
+        self.bytes_in += len(data)
         self.answered_ns = getattr(self._transport, "arrived_ns", 0) or time.monotonic_ns()
         if self._moving:
             self._acknowledged_ns = self.answered_ns

@@ -5,10 +5,11 @@
    emulate`` process of its own, as hardware would be) holding 8 circuits, the lab file's
    default watch (``watch_interval_s``, 2 s) and ``on_drift = "restore"``. Nobody sends a
    command. Each cycle powers the switch off through the control endpoint, waits until
-   the daemon has marked it offline (found by the watch's probe), powers it on, and waits
-   for the ``restore`` reconfiguration; the circuits are then checked on the device's own
-   ground truth. Printed: off → marked offline (bounded by the interval plus the timeout),
-   on → circuits back, and off → back, p50/p99 over the cycles.
+   the daemon has marked it offline (the emulator closes the link as its power goes, so
+   this is immediate; a device that only goes silent is found by the watch within the
+   interval plus the timeout), powers it on, and waits for the ``restore``
+   reconfiguration; the circuits are then checked on the device's own ground truth.
+   Printed: off → marked offline, on → circuits back, and off → back, p50/p99.
 2. **The watch's cost to a command.** One-pair connects through the driver with the watch
    off, at the default interval (2 s) and at an aggressive 5 ms, the three interleaved in
    one run, each command after a random idle gap of 0-10 ms (so that at 5 ms probes land

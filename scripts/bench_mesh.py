@@ -7,7 +7,10 @@ protocol on a pty, and the emulator computes the chip's transfer from those volt
 (imperfect couplers, so crosstalk exists). Prints, per mesh, how many permutations delivered
 every input to its output, the distribution of crosstalk at the outputs (power from all
 other inputs relative to the wanted one) and the time per full reconfiguration.
-Target: worst-case crosstalk below -20 dB.
+Target: worst-case crosstalk below -20 dB. Beside the time per reconfiguration: the bytes it
+put on the serial line both ways, what they take on a real line at the board's 115200 baud
+(8N1: 10 bits a byte; a pty costs no wire time), the driver's settle wait, and the rest: labd's
+own time and the emulator's, which here shares labd's process.
 
 Usage: python scripts/bench_mesh.py [--perm8 200] [--perm16 50]
 """
@@ -25,6 +28,9 @@ from instruments.mesh import MeshSwitch
 from labd.runtime import run
 from labd.vocabulary import percentile
 
+#: The Qontrol board's line rate (docs/protocols.md §5.1).
+BAUD = 115_200
+
 
 async def bench(ports: int, count: int, seed: int) -> None:
     rng = random.Random(seed)
@@ -32,19 +38,23 @@ async def bench(ports: int, count: int, seed: int) -> None:
                         serve={"serial": ServeSpec(serve="pty")})
     async with EmulatedLab([spec], control=False) as lab:
         chip = lab.device("mesh").mesh  # type: ignore[attr-defined]
-        async with MeshSwitch(lab.endpoints["mesh"]["serial"], name="mesh",
+        async with MeshSwitch(lab.endpoints["mesh"]["serial"] + f"?baud={BAUD}", name="mesh",
                               size=f"{ports}x{ports}") as mesh:
             crosstalk: list[float] = []
             worst_per_perm: list[float] = []
             delivered = 0
             took: list[float] = []
+            wire_bytes: list[int] = []
+            link = mesh.connection.link
             for _ in range(count):
                 outputs = list(range(ports + 1, 2 * ports + 1))
                 rng.shuffle(outputs)
                 target = dict(zip(range(1, ports + 1), outputs, strict=True))
+                before = link.bytes_out + link.bytes_in
                 start = time.perf_counter()
                 await mesh.replace(target)
                 took.append((time.perf_counter() - start) * 1e3)
+                wire_bytes.append(link.bytes_out + link.bytes_in - before)
                 transfer = chip.transfer_now()
                 ok = True
                 worst = -np.inf
@@ -67,6 +77,13 @@ async def bench(ports: int, count: int, seed: int) -> None:
           f"p90 {q(worst_per_perm, 90):6.1f}  max {max(worst_per_perm):6.1f}")
     print(f"  full reconfiguration (route + voltages over the serial protocol + settle), ms: "
           f"p50 {q(took, 50):.2f}  p99 {q(took, 99):.2f}")
+    settle_ms = mesh.settle_s * 1e3
+    own = [t - settle_ms for t in took]
+    byte_ms = 10 / BAUD * 1e3
+    print(f"  on the line: p50 {q(wire_bytes, 50):.0f} bytes both ways, "
+          f"{q(wire_bytes, 50) * byte_ms:.2f} ms at {BAUD} baud (none on this pty); settle "
+          f"{settle_ms:.3f} ms; the rest (labd and the emulator, one process): p50 "
+          f"{q(own, 50):.2f} ms, p99 {q(own, 99):.2f} ms")
 
 
 async def main(perm8: int, perm16: int) -> None:

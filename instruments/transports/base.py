@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from instruments.address import Address
@@ -19,6 +20,9 @@ class Transport(Protocol):
     ``timeout`` seconds with :class:`InstrumentTimeout`."""
 
     address: Address
+    lost: Callable[[str], None] | None
+    """Told (with why) when the device closes the channel while nobody reads; None: not
+    told (a transport that cannot know waits for the next read)."""
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -50,6 +54,9 @@ class ReceiveBuffer:
         self.fed_ns = 0
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
+        self.lost: Callable[[str], None] | None = None
+        """Told when the other side closes the channel, read or not (the transport's
+        :attr:`BufferedTransport.lost`)."""
 
     def feed(self, data: bytes | memoryview, arrived_ns: int | None = None) -> None:
         """Take received bytes (copied: ``data`` may be the transport's own read buffer);
@@ -73,6 +80,8 @@ class ReceiveBuffer:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.lost is not None:
+            self.lost(f"{self.address} {error or 'closed the connection'}")
 
     def _satisfied(self) -> bool:
         if self._overflow:
@@ -163,6 +172,14 @@ class BufferedTransport:
     def __init__(self, address: Address) -> None:
         self.address = address
         self._buffer: ReceiveBuffer | None = None
+        self.lost: Callable[[str], None] | None = None
+        """Told (with why) when the device closes the channel, whether or not a read is
+        waiting: an idle link whose device went away is known at once."""
+
+    def _new_buffer(self) -> ReceiveBuffer:
+        buffer = ReceiveBuffer(self.address)
+        buffer.lost = self.lost
+        return buffer
 
     @property
     def is_open(self) -> bool:

@@ -12,7 +12,7 @@ import os
 import serial
 
 from instruments.errors import AddressError, ConnectError, InstrumentClosed
-from instruments.transports.base import BufferedTransport, ReceiveBuffer
+from instruments.transports.base import BufferedTransport
 
 _PARITY = {"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD,
            "M": serial.PARITY_MARK, "S": serial.PARITY_SPACE}
@@ -44,7 +44,7 @@ class SerialTransport(BufferedTransport):
         except (serial.SerialException, ValueError) as exc:
             raise ConnectError(f"cannot open {self.address}: {exc}") from None
         loop = asyncio.get_running_loop()
-        buffer = ReceiveBuffer(self.address)
+        buffer = self._new_buffer()
         fd = port.fileno()
         os.set_blocking(fd, False)
         into = memoryview(bytearray(65536))  # kept: os.read(n) would allocate n each time

@@ -32,7 +32,7 @@ class TcpTransport(BufferedTransport):
         # Commands are small and latency is what we measure: never wait for Nagle.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.stamped = wirestamp.enable(sock)
-        buffer = ReceiveBuffer(self.address)
+        buffer = self._new_buffer()
         self._into = memoryview(bytearray(_CHUNK))
         loop.add_reader(sock.fileno(), self._readable, sock, buffer)
         self._sock, self._buffer = sock, buffer

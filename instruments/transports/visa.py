@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from instruments.address import Address
@@ -31,6 +32,7 @@ def _check_socket(res: Any) -> None:
 class VisaTransport:
     def __init__(self, address: Address, *, timeout: float = 2.0) -> None:
         self.address = address
+        self.lost: Callable[[str], None] | None = None  # VISA says so only on a read
         self._timeout_ms = int(timeout * 1000)
         self._resource: Any = None
         self._pending = b""

@@ -35,7 +35,7 @@ async def cycled(start_rig: StartRig, tag: str, *, restore: bool = True, **field
         assert rig.emulated is not None
         await rig.emulated.power("ocs1", on=False)
         while (await next_event(sub, "instrument.state")).data["state"] != "backoff":
-            pass  # found by the watch: no command was sent
+            pass  # no command was sent: the closed link, or the watch, told
         assert rig.daemon.drivers["ocs1"].state is not LinkState.ONLINE
         await rig.emulated.power("ocs1", on=True)
         yield rig, sub, await next_event(sub, "drift")

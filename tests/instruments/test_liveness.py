@@ -46,27 +46,26 @@ def watched(lab: EmulatedLab, kind: str, **options: Any) -> OpticalSwitch:
 
 async def next_state(events: EventQueue, state: LinkState) -> InstrumentEvent:
     limit = deadlines.current().times(15)
-    while (event := await events.next("state", timeout=limit)).state is not state:
-        pass
+    async with asyncio.timeout(limit):  # one deadline for them all: states keep coming
+        while (event := await events.next("state", timeout=limit)).state is not state:
+            pass
     return event
 
 
 @pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "calient-tl1", "polatis-pty"])
-async def test_an_idle_switch_power_cycled_is_found_by_the_watch(lab: EmulatedLab,
-                                                                 kind: str) -> None:
-    """Nobody sends a command: the watch's probe finds the link gone, the driver
-    reconnects when the power is back, and a switch that came back empty says it
-    restarted."""
-    sw = watched(lab, kind)
+async def test_an_idle_switch_power_cycled_is_offline_at_once_and_back_after(
+        lab: EmulatedLab, kind: str) -> None:
+    """Nobody sends a command: the link the device closed is dropped as it closes (TCP,
+    or a pty's hang-up), the driver reconnects when the power is back, and a switch that
+    came back empty says it restarted."""
+    sw = watched(lab, kind, watch_interval_s=0)  # not the watch: the closed link itself
     async with sw:
         low, high = (1, 2) if kind == "calient-tl1" else (1, 17 if kind != "polatis-pty" else 9)
         await sw.connect([(low, high)])
         events = EventQueue(sw)
-        probes = sw.connection.probes
         await lab.power(sw.name, on=False)
         down = await next_state(events, LinkState.BACKOFF)
-        assert sw.connection.probes > probes  # found by a probe, not by a command
-        assert down.detail  # the reason is said
+        assert re.search("closed|connection lost|hung up", down.detail), down.detail
         await lab.power(sw.name, on=True)
         resync = await events.next("resync", timeout=deadlines.current().times(15))
         await next_state(events, LinkState.ONLINE)
@@ -77,6 +76,23 @@ async def test_an_idle_switch_power_cycled_is_found_by_the_watch(lab: EmulatedLa
             assert resync.drift is not None and resync.drift.missing == {low: high}
             assert "emptied" in resync.data["restarted"]
             assert sw.expected == {}
+
+
+@pytest.mark.parametrize("kind", ["polatis-scpi", "polatis-tl1", "polatis-pty"])
+async def test_an_idle_link_that_stops_answering_is_found_by_the_watch(
+        lab: EmulatedLab, kind: str) -> None:
+    """A device gone without closing the link (its power cut, a cable pulled: no FIN, no
+    hang-up) is found by the watch's probe within one interval plus the timeout."""
+    sw = watched(lab, kind)
+    async with sw:
+        events = EventQueue(sw)
+        probes = sw.connection.probes
+        lab.inject(sw.name, {"kind": "stall"})  # it swallows what it is sent, from now on
+        down = await next_state(events, LinkState.BACKOFF)
+        assert sw.connection.probes > probes  # found by a probe, not by a command
+        assert "within" in down.detail, down.detail  # a timeout, said as one
+        lab.clear_faults(sw.name)
+        await next_state(events, LinkState.ONLINE)  # and back once it answers again
 
 
 async def test_without_a_watch_interval_nothing_is_probed(lab: EmulatedLab) -> None:
