@@ -80,16 +80,24 @@ async def ask(link: Link, command: str, lines: int = 1) -> list[str]:
 async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
     """Send set commands, then ``nchan?``, in one write (a serial line is a byte stream: one
     write is one system call, and the board reads the lines as they come); raise the first
-    error line the batch caused."""
+    error line the batch caused. A board that acknowledges set commands (``OK``) and
+    answered fewer than were sent lost one on the line: a ProtocolError, so that the link is
+    made again and the board's voltages read anew rather than believed."""
     await link.write_query(link.settings.write_termination.join([*commands, "nchan?"]))
     first_error: DeviceError | None = None
+    acks = answered = 0
     while True:
         line = (await link.read_line()).strip()
-        if not line or line.upper() == "OK":
+        if not line:
+            continue
+        if line.upper() == "OK":
+            acks += 1
+            answered += 1
             continue
         error = board_error(line, "; ".join(commands), link.name)
         if error is not None:
             first_error = first_error or error
+            answered += 1
             continue
         if _ERROR.match(line):
             continue
@@ -99,6 +107,9 @@ async def set_and_sync(link: Link, commands: Sequence[str]) -> None:
                             instrument=link.name)
     if first_error is not None:
         raise first_error
+    if acks and answered < len(commands):
+        raise ProtocolError(f"the board answered {answered} of {len(commands)} set commands: "
+                            "one was lost on the line", instrument=link.name)
 
 
 async def probe(link: Link, ident: str) -> None:

@@ -10,7 +10,9 @@ import pytest
 import serial
 
 from emulators.lab import EmulatedLab, EmulatorSpec, ServeSpec
+from instruments.connection import Backoff
 from instruments.errors import DeviceError, InvalidRequest
+from instruments.events import EventQueue
 from instruments.mesh import MeshSwitch, element_count, route, trace
 from instruments.qontrol import QontrolBoard
 
@@ -180,3 +182,25 @@ def test_light_through_a_changing_mesh_is_worked_out_once_per_distinct_phase() -
                        rtol=0, atol=1e-12)
     # Settled: exactly at the targets (no e^-dt tail keeps instants apart).
     assert np.array_equal(phases[-1], phases[-2])
+
+
+async def test_a_set_command_lost_on_the_line_is_not_believed(lab8: EmulatedLab) -> None:
+    """A serial line can lose a command without closing (the board resets its parser, no
+    reply). A board that acknowledges each set command and answered fewer than were sent
+    lost one: the change fails as a link fault, the driver reads the board anew on
+    reconnecting, and the next replace puts the chip right. (Believed, the lost command
+    left the driver sure of voltages the board never got, and a later replace sent nothing
+    to fix them.)"""
+    from instruments.errors import ProtocolError
+
+    chip = lab8.device("mesh").mesh  # type: ignore[attr-defined]
+    async with MeshSwitch(lab8.endpoints["mesh"]["serial"], name="mesh", size="8x8",
+                          backoff=Backoff(0.01, 0.05)) as mesh:
+        events = EventQueue(mesh)
+        lab8.inject("mesh", {"kind": "drop"})  # the next message: no reply, nothing applied
+        target = {1: 16, 2: 15, 3: 14, 4: 13}
+        with pytest.raises(ProtocolError, match="one was lost on the line"):
+            await mesh.replace(target)
+        await events.next("resync", timeout=15)  # voltages read back from the board
+        await mesh.replace(target)
+        assert all(chip.routes[a] == b for a, b in target.items())
