@@ -21,7 +21,9 @@ What it does, each step chosen at random:
   commands, host reports in nobody's name, payloads too large, too deep or slow to scan.
 
 Drift left by a fault mid-change (the daemon reports it: a failed change, a drift event) is
-put back as an operator would, with a whole-map PUT of the intended map; a drift with no
+put back by the daemon itself when the switch comes back online (``on_drift = "restore"``,
+counted); what is still drifted at the end is put back as an operator would, with a
+whole-map PUT of the intended map; a drift with no
 failed change behind it is reported as silent. It prints the process's RSS and open file
 descriptors at the start, each minute and at the end, and then: steps by kind, HTTP
 statuses, refusals by reason, tracebacks logged (must be 0), how the drills ended, hosts
@@ -113,6 +115,8 @@ class Soak:
         self.differences: dict[str, str] = {}
         self.failed: collections.Counter[str] = collections.Counter()
         self.drift_events = 0
+        self.healed: collections.Counter[str] = collections.Counter()
+        """The daemon's own restores after a reconnect, per switch (on_drift = restore)."""
         self.unavailable: collections.Counter[str] = collections.Counter()
         self.drills: collections.Counter[str] = collections.Counter()
         self.reasons: collections.Counter[str] = collections.Counter()
@@ -365,7 +369,9 @@ async def count_failures(soak: Soak) -> None:
             if event.kind == "reconfiguration" and event.data.get("outcome") == "failed":
                 soak.failed[event.data["switch"]] += 1
                 soak.reasons[f"{event.data['switch']}: {str(event.data.get('error'))[:90]}"] += 1
-            elif event.kind in ("drift", "instrument.drift", "instrument.resync"):
+            elif event.kind == "reconfiguration" and event.data.get("cause") == "restore":
+                soak.healed[event.data["switch"]] += 1
+            if event.kind in ("drift", "instrument.drift", "instrument.resync"):
                 soak.drift_events += 1
     finally:
         subscription.close()
@@ -449,7 +455,8 @@ async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
         console.print(f"  {record.name}: {record.getMessage()[:200]}")
     console.print(f"failed changes (reported, with drift read back where the switch "
                   f"answered): {sum(soak.failed.values())} ({dict(soak.failed)}); drift "
-                  f"events: {soak.drift_events}")
+                  f"events: {soak.drift_events}; restored by the daemon on reconnecting: "
+                  f"{sum(soak.healed.values())} ({dict(soak.healed)})")
     for reason, count in soak.reasons.most_common(8):
         console.print(f"  {count} x {reason}")
     console.print("503s (refusals while a device or the store is unavailable), restores, "
