@@ -161,7 +161,8 @@ class Connection(EventSource):
                 await self._drop(str(exc))
                 raise
             finally:
-                self._idle_since = time.monotonic_ns()
+                if self._watcher is not None:  # only the watch reads it: no clock otherwise
+                    self._idle_since = time.monotonic_ns()
 
     def _lost(self, why: str) -> None:
         """The device closed the link. With a command on the wire, its read fails and drops
