@@ -3,8 +3,13 @@ HTTP, and a status is found by the error's type (the most specific class listed 
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 
 from instruments.errors import InstrumentError
 from labd.errors import Conflict, NotFound, RequestError, Unavailable
@@ -31,3 +36,21 @@ def install(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestError, answer)
     app.add_exception_handler(InstrumentError, answer)
+    app.add_exception_handler(RequestValidationError, invalid)
+
+
+async def invalid(request: Request, exc: Exception) -> Response:
+    """422 with what was wrong where, as FastAPI says it, but always JSON: a body holding
+    ``NaN`` or ``Infinity`` (Python's JSON reads them) would be echoed back in the errors'
+    ``input`` and could not be written as JSON (a 500)."""
+    assert isinstance(exc, RequestValidationError)
+    errors: list[dict[str, Any]] = jsonable_encoder(exc.errors())
+    try:
+        content = json.dumps({"detail": errors}, allow_nan=False)
+    except ValueError:
+        kept = [{k: v for k, v in error.items() if k not in ("input", "ctx")}
+                for error in errors]
+        kept.append({"msg": "the body holds NaN or Infinity, which are not JSON numbers",
+                     "type": "json_invalid"})
+        content = json.dumps({"detail": kept}, allow_nan=False)
+    return Response(content, status_code=422, media_type="application/json")
