@@ -28,7 +28,8 @@ class Reconfiguration(Base):
     __tablename__ = "reconfigurations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    switch: Mapped[str] = mapped_column(String(64), index=True)
+    switch: Mapped[str] = mapped_column(String(64))
+    """Indexed with ``requested_ns`` (below), which serves queries by switch alone too."""
     cause: Mapped[str] = mapped_column(String(16), index=True)
     """api, recovery, measurement, schedule, restore, adopt"""
     outcome: Mapped[str] = mapped_column(String(16))

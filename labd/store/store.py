@@ -69,11 +69,8 @@ class ReconfigurationRecord:
     intended: dict[int, int] | None = None
     update_intended: bool = False
     wall_time: datetime | None = None
-    """Wall-clock time of the request; worked out from ``requested_ns`` when left out."""
-
-    def __post_init__(self) -> None:
-        if self.wall_time is None:
-            self.wall_time = datetime.now(UTC) - _since(self.requested_ns)
+    """Wall-clock time of the request; worked out from ``requested_ns`` by the writer when
+    left out (off the event loop, one clock reading a batch)."""
 
 
 def normalise_url(target: str | Path) -> str:
@@ -127,8 +124,10 @@ class Store:
         self.failing: str | None = None
         """Why the last write failed; None while writes succeed."""
         self._sessions: sessionmaker[Session] | None = None
-        self._queue: queue.Queue[tuple[Any, asyncio.Future[Any] | None,
-                                       asyncio.AbstractEventLoop | None]] = queue.Queue()
+        # SimpleQueue: the C queue, a fraction of queue.Queue's locking on every record.
+        self._queue: queue.SimpleQueue[tuple[Any, asyncio.Future[Any] | None,
+                                             asyncio.AbstractEventLoop | None]] = \
+            queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.committed = 0
 
@@ -343,29 +342,61 @@ class Store:
 
 
 _SQLITE_RECONFIGURATION = (
-    "INSERT INTO reconfigurations (switch, cause, outcome, error, batch_size, requested_ns, "
-    "dispatched_ns, activated_ns, acked_ns, light_ns, done_ns, wall_time) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
+    "INSERT INTO reconfigurations (id, switch, cause, outcome, error, batch_size, "
+    "requested_ns, dispatched_ns, activated_ns, acked_ns, light_ns, done_ns, wall_time) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
+def _walls(records: Sequence[ReconfigurationRecord]) -> list[datetime]:
+    """Each record's wall-clock time: its own, or its request's monotonic stamp on the wall
+    clock, by one reading of both clocks for the whole batch."""
+    offset_ns = time.time_ns() - time.monotonic_ns()
+    return [r.wall_time if r.wall_time is not None
+            else datetime.fromtimestamp((r.requested_ns + offset_ns) / 1e9, UTC)
+            for r in records]
+
+
+def _stored_walls(records: Sequence[ReconfigurationRecord]) -> list[str]:
+    """:func:`_walls` as SQLAlchemy's DateTime stores them on SQLite (naive UTC,
+    microseconds), formatted from the nanoseconds: a batch's records share their seconds,
+    and a datetime per record cost more than its insert."""
+    offset_ns = time.time_ns() - time.monotonic_ns()
+    seconds: dict[int, str] = {}
+    out = []
+    for r in records:
+        if r.wall_time is not None:
+            out.append(r.wall_time.astimezone(UTC).isoformat(" ", "microseconds")[:26])
+            continue
+        second, ns = divmod(r.requested_ns + offset_ns, 1_000_000_000)
+        prefix = seconds.get(second)
+        if prefix is None:
+            prefix = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
+        out.append(f"{prefix}.{ns // 1000:06d}")
+    return out
 
 
 def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
     """The same as the Core path, on the sqlite3 cursor itself: a durable record is on the
     path of every acknowledged request, and SQLAlchemy's per-statement machinery costs ten
-    times the insert. Same transaction, same columns, same storage format."""
+    times the insert. Same transaction, same columns, same storage format (SQLAlchemy's
+    DateTime on SQLite: naive UTC, microseconds)."""
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    ids = []
-    changes: list[tuple[int, str, int, int]] = []
-    for r in records:
-        wall = (r.wall_time or datetime.now(UTC)).astimezone(UTC).strftime(
-            "%Y-%m-%d %H:%M:%S.%f")
-        cursor.execute(_SQLITE_RECONFIGURATION, (
-            r.switch, r.cause, r.outcome, r.error, len(r.connected) + len(r.disconnected),
-            r.requested_ns, r.dispatched_ns, r.activated_ns, r.acked_ns, r.light_ns, r.done_ns,
-            wall))
-        rid = int(cursor.lastrowid or 0)
-        ids.append(rid)
-        changes.extend((rid, "connect", a, b) for a, b in r.connected)
-        changes.extend((rid, "disconnect", a, b) for a, b in r.disconnected)
+    rows = [(None, r.switch, r.cause, r.outcome, r.error,
+             len(r.connected) + len(r.disconnected), r.requested_ns, r.dispatched_ns,
+             r.activated_ns, r.acked_ns, r.light_ns, r.done_ns, wall)
+            for r, wall in zip(records, _stored_walls(records), strict=True)]
+    # The first row takes the next id; the rest follow it in one executemany (sqlite3 gives
+    # no ids back from one). Nothing else can take an id in between: the insert holds the
+    # database's write lock until this transaction commits.
+    cursor.execute(_SQLITE_RECONFIGURATION, rows[0])
+    first = int(cursor.lastrowid or 0)
+    ids = list(range(first, first + len(rows)))
+    if len(rows) > 1:
+        cursor.executemany(_SQLITE_RECONFIGURATION,
+                           [(rid, *row[1:]) for rid, row in zip(ids[1:], rows[1:], strict=True)])
+    changes = [(rid, action, a, b) for rid, r in zip(ids, records, strict=True)
+               for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
+               for a, b in pairs]
     if changes:
         cursor.executemany("INSERT INTO pair_changes (reconfiguration_id, action, a, b) "
                            "VALUES (?,?,?,?)", changes)
@@ -396,7 +427,7 @@ def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -
              "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
              "activated_ns": r.activated_ns, "acked_ns": r.acked_ns, "light_ns": r.light_ns,
              "done_ns": r.done_ns,
-             "wall_time": r.wall_time} for r in records]
+             "wall_time": wall} for r, wall in zip(records, _walls(records), strict=True)]
     if len(rows) == 1:
         ids = [int(session.execute(insert(Reconfiguration).returning(Reconfiguration.id),
                                    rows[0]).scalar_one())]

@@ -8,11 +8,13 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from labd.daemon.api.errors import status_of
 from labd.errors import StoreError, StoreUnavailable
@@ -77,6 +79,37 @@ async def test_concurrent_writes_commit_and_read_back(url: str) -> None:
         assert await again.intended() == {"s1": {3: 19}}
     finally:
         await again.close()
+
+
+async def test_each_record_of_a_batch_gets_its_own_id_changes_and_time(url: str) -> None:
+    """Records queued together go in as one insert with ids given in order: each id must be
+    its own record's, with its own pair change, and its wall time the request's."""
+    store = Store(url)
+    await store.open()
+    try:
+        await store.record(row(0))  # ids of a batch continue from rows already there
+        given = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+        records = [row(i) for i in range(1, 300)]
+        records[7].wall_time = given
+        ids = await asyncio.gather(*(store.record(r) for r in records))
+        before = datetime.now(UTC)
+
+        def read(session: Session) -> list[tuple[int, str, int, int, datetime]]:
+            return [(r.id, r.switch, r.changes[0].a, r.changes[0].b, r.wall_time)
+                    for r in session.scalars(select(Reconfiguration).where(
+                        Reconfiguration.id.in_(ids)))]
+
+        stored = {rid: rest for rid, *rest in await store.read(read)}
+        for rid, record in zip(ids, records, strict=True):
+            switch, a, b, wall = stored[rid]
+            assert (switch, [(a, b)]) == (record.switch, list(record.connected))
+            wall = wall if wall.tzinfo else wall.replace(tzinfo=UTC)
+            if record is records[7]:
+                assert wall == given
+            else:
+                assert timedelta(0) <= before - wall < timedelta(seconds=30)
+    finally:
+        await store.close()
 
 
 async def test_a_store_that_cannot_open_says_why(tmp_path: Path) -> None:
