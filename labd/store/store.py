@@ -16,6 +16,7 @@ into it. A write or read that fails later is a :class:`StoreUnavailable` for who
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -255,7 +256,11 @@ class Store:
         return await future
 
     def _writer(self) -> None:
-        assert self._sessions is not None
+        assert self._sessions is not None and self.engine is not None
+        # The writer keeps one connection for its life: a pool checkout (with its ping) and
+        # check-in (with its rollback) per batch cost more than a one-record transaction.
+        # A failed batch drops it; the next batch connects afresh.
+        connection: Connection | None = None
         running = True
         while running:
             batch = [self._queue.get()]
@@ -273,8 +278,9 @@ class Store:
             try:
                 # Reconfiguration records go in through Core on the connection (the hot
                 # path); only other work pays for an ORM session, inside the same transaction.
-                assert self.engine is not None
-                with self.engine.begin() as connection:
+                if connection is None:
+                    connection = self.engine.connect()
+                with connection.begin():
                     records = [item for item, _, _ in work
                                if isinstance(item, ReconfigurationRecord)]
                     ids = iter(_insert_records(connection, records))
@@ -303,6 +309,8 @@ class Store:
                           len(work), reason)
                 self.failing = reason
                 error = exc
+                _discard(connection)
+                connection = None
             # One wake-up of the loop per batch, not one per record.
             settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
             for index, (_, future, loop) in enumerate(work):
@@ -311,6 +319,8 @@ class Store:
                     settled.setdefault(loop, []).append((future, outcome))
             for loop, items in settled.items():
                 loop.call_soon_threadsafe(_settle, items, error is not None, self.where)
+        if connection is not None:
+            connection.close()
 
     # -- reading ---------------------------------------------------------------------------
     async def read(self, work: Callable[[Session], T]) -> T:
@@ -457,6 +467,14 @@ def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -
 
 _ADVICE = ("; check the disk (space, permissions), or stop labd and move the store aside "
            "if it is damaged")
+
+
+def _discard(connection: Connection | None) -> None:
+    """Let go of the writer's connection, whatever state it is in."""
+    if connection is not None:
+        with contextlib.suppress(Exception):
+            connection.invalidate()
+            connection.close()
 
 
 def _probe(session: Session) -> None:

@@ -16,8 +16,9 @@ NO_LIMIT = 4294967294
 
 @contextmanager
 def refusing(store: Store, how: str) -> Iterator[None]:
-    """While inside, every connection the store takes is read-only (``how="read-only"``)
-    or full at its present size (``how="full"``); SQLite itself refuses the writes."""
+    """While inside, every connection the store takes, and every transaction begun on one
+    it holds (its writer keeps one), is read-only (``how="read-only"``) or full at its
+    present size (``how="full"``); SQLite itself refuses the writes."""
     assert store.engine is not None
     engine = store.engine
     state = {"on": True}
@@ -29,7 +30,11 @@ def refusing(store: Store, how: str) -> Iterator[None]:
             pages = dbapi.execute("PRAGMA page_count").fetchone()[0]
             dbapi.execute(f"PRAGMA max_page_count={pages if state['on'] else NO_LIMIT}")
 
+    def begin(connection: Any) -> None:
+        checkout(connection.connection.dbapi_connection, None, None)
+
     event.listen(engine, "checkout", checkout)
+    event.listen(engine, "begin", begin)
     try:
         yield
     finally:
