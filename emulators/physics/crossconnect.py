@@ -91,6 +91,10 @@ class SwitchModel:
         self.port_listeners: list[Callable[[int, str], None]] = []
         self._history: dict[int, deque[Transition]] = {}
         self._state_history: dict[int, deque[tuple[int, str]]] = {}
+        self.revision = 0
+        """Counts changes of what light does through the switch (see optics.Transmitting)."""
+        self.settled_ns = 0
+        """When the latest change's transient ends."""
         #: Set by an optical model: light at a port, in dBm, now.
         self.power_probe: Callable[[int], float] | None = None
 
@@ -251,6 +255,8 @@ class SwitchModel:
             if after != before[p]:
                 self._history.setdefault(p, deque(maxlen=HISTORY)).append(
                     Transition(start, settled, before[p], after, self.timing.technology))
+        self.revision += 1
+        self.settled_ns = max(self.settled_ns, settled)
         await sleep_until(settled)
         change = self.truth.record(interface, op, connect, disconnect, arrived_ns, settled)
         for listener in list(self.listeners):
@@ -270,6 +276,8 @@ class SwitchModel:
             self.port_state[port] = state
         now = time.monotonic_ns()
         self._state_history.setdefault(port, deque(maxlen=HISTORY)).append((now, state))
+        self.revision += 1
+        self.settled_ns = max(self.settled_ns, now)
         self.truth.record(interface, _PORT_OPS[before, state], [], [], now, now, ports=[port])
         for listener in list(self.port_listeners):
             listener(port, state)
@@ -280,6 +288,7 @@ class SwitchModel:
         self.port_state.clear()
         self._history.clear()
         self._state_history.clear()
+        self.revision += 1
 
     def snapshot(self) -> dict[str, object]:
         return {

@@ -141,6 +141,8 @@ class MeshModel:
         self.listeners: list[Callable[[Change], None]] = []
         self._history: deque[tuple[int, list[_Heater]]] = deque(maxlen=64)
         self._version = 0
+        self.settled_ns = 0
+        """When the latest heater change is exactly at its target (see _phases)."""
         self._phase_cache: tuple[tuple[int, int, int, int], np.ndarray,
                                  np.ndarray | None] | None = None
         self.routes: dict[int, int] = self._routes()
@@ -171,6 +173,7 @@ class MeshModel:
         self._history.append((now, [_Heater(h.target, h.start, h.since_ns)
                                     for h in self.heaters]))
         self._version += 1
+        self.settled_ns = max(self.settled_ns, now + int(40 * self.options.tau_us * 1000))
         before = self.routes
         current = self._phases(np.array([now]))[0]
         for element, target in targets.items():
@@ -286,6 +289,11 @@ class MeshModel:
         """Where most of each input's light ends up once settled."""
         transfer = self.transfer_now()
         return {i + 1: self.ports + int(np.argmax(transfer[i])) + 1 for i in range(self.ports)}
+
+    @property
+    def revision(self) -> int:
+        """Counts changes of what light does through the mesh (see optics.Transmitting)."""
+        return self._version
 
     def reset(self) -> None:
         self.heaters = [_Heater() for _ in range(self.elements)]

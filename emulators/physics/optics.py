@@ -33,6 +33,16 @@ class Transmitting(Protocol):
 
     name: str
 
+    @property
+    def revision(self) -> int:
+        """Changes with every change of the device's state."""
+        ...
+
+    @property
+    def settled_ns(self) -> int:
+        """From then on, with ``revision`` unchanged, its transmissions stay as they are."""
+        ...
+
     def transmissions(self, port: int, times: np.ndarray) -> dict[int, np.ndarray]: ...
 
 
@@ -93,10 +103,13 @@ class OpticalModel:
         self._reach: dict[str, set[str]] = {}
         self._feeds: dict[str, frozenset[str]] = {}
         self._pending: deque[Change] = deque()
+        # dbm_now's answers while nothing moves: node → (the devices' revisions, dBm).
+        self._steady: dict[str, tuple[tuple[int, ...], float]] = {}
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self, device: Transmitting) -> None:
         self.devices[device.name] = device
+        self._steady.clear()
         self._reach.clear()
         self._feeds.clear()
 
@@ -210,7 +223,19 @@ class OpticalModel:
         return to_dbm(mw)
 
     def dbm_now(self, node: str) -> float:
-        return float(self.dbm(node, np.array([time.monotonic_ns()]))[0])
+        """The power at ``node`` now. Polled often (every emulated NIC's carrier, every few
+        ms), and the same while no device changes and no transient runs: an answer worked
+        out after every device settled stands until a device's revision moves."""
+        now = time.monotonic_ns()
+        devices = self.devices.values()
+        revisions = tuple(d.revision for d in devices)
+        known = self._steady.get(node)
+        if known is not None and known[0] == revisions:
+            return known[1]
+        dbm = float(self.dbm(node, np.array([now]))[0])
+        if all(d.settled_ns <= now for d in devices):
+            self._steady[node] = (revisions, dbm)
+        return dbm
 
     # -- ground truth ----------------------------------------------------------------------
     def on_change(self, change: Change) -> None:

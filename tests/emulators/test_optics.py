@@ -1,5 +1,6 @@
 """The optical model on its own: losses, taps, transients, crossings."""
 
+import asyncio
 import time
 
 import numpy as np
@@ -101,3 +102,28 @@ async def test_a_nodes_power_alone_is_what_the_whole_lab_gives_it() -> None:
                 assert alone is None
             else:
                 assert alone is not None and np.allclose(alone, whole[node], rtol=1e-12)
+
+
+async def test_power_now_follows_every_change_while_it_is_kept_between_them() -> None:
+    """dbm_now keeps its answer while nothing moves (NICs poll it every few ms): each kind
+    of change must still show at once, and a transient must never be kept."""
+    optics, switch = model()
+    assert optics.dbm_now("rx") == pytest.approx(-90)
+    started = time.monotonic_ns()
+    connect, drop = switch.plan_connect([(1, 5)])
+    moving = asyncio.create_task(switch.change("test", "add", connect, drop, started))
+    await asyncio.sleep(0)  # the mirrors are moving: the partner is set, light not there
+    assert switch.settled_ns > time.monotonic_ns()
+    during = optics.dbm_now("rx")
+    kept = optics._steady.get("rx")
+    assert kept is None or kept[0] != (switch.revision,)  # nothing kept mid-transient
+    await moving
+    lit = optics.dbm_now("rx")
+    assert lit > -10 > during or time.monotonic_ns() - started > 10_000_000
+    assert optics.dbm_now("rx") == lit  # kept, and the same
+    switch.set_port_state(5, "D")  # a closed shutter shows at once
+    assert optics.dbm_now("rx") == pytest.approx(-90)
+    switch.set_port_state(5, "E")
+    assert optics.dbm_now("rx") == pytest.approx(lit)
+    switch.reset()  # a power cycle forgets every circuit
+    assert optics.dbm_now("rx") == pytest.approx(-90)
