@@ -208,8 +208,9 @@ class JobManager:
         message: dict[str, Any] = {"action": action, "job": state.entry.id}
         if action == "start":
             message |= {"epoch": state.epoch, "ranks": self._ranks(state.members)}
-        for host in sorted(hosts):
-            await send(host, message)
+        # All at once: each send waits for the broker's acknowledgement, and a restart
+        # waits for the last host to hear of it.
+        await asyncio.gather(*(send(host, message) for host in sorted(hosts)))
 
     def _hosts_of(self, members: list[str]) -> set[str]:
         return {w[0].id for m in members if (w := self.lab.placement(m)) is not None}
