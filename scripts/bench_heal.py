@@ -15,13 +15,16 @@
    one run, each command after a random idle gap of 0-10 ms (so that at 5 ms probes land
    between, and sometimes in the way of, the commands). p50/p99 of each.
 
-Usage: python scripts/bench_heal.py [--cycles 20] [--commands 400]
+Usage: python scripts/bench_heal.py [--cycles 20] [--commands 400] [--json FILE]
+
+``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -53,6 +56,8 @@ technology = "ideal"
 
 CIRCUITS = {p: 16 + p for p in range(1, 9)}
 SETTINGS = LinkSettings(timeout=2.0)
+#: The watch settings of the command-cost runs by their names in --json's figures.
+KEYS = {"watch off": "watch_off", "watch 2 s": "watch_2s", "watch 5 ms": "watch_5ms"}
 
 
 async def next_kind(sub: Subscription, kind: str, timeout: float = 30) -> dict[str, object]:
@@ -97,7 +102,9 @@ async def power_cycles(lab_file: Path, db: str, cycles: int) -> tuple[list[float
     return off_to_down, on_to_back, interval
 
 
-async def command_costs(address: str, commands: int) -> dict[str, list[float]]:
+async def command_costs(address: str, commands: int) -> tuple[dict[str, list[float]],
+                                                              dict[str, int]]:
+    """Each watch setting's connect times (µs), and the probes each sent."""
     rng = random.Random(1)
     switches = {"watch off": PolatisScpi(address, name="off", settings=SETTINGS),
                 "watch 2 s": PolatisScpi(address, name="2s", settings=SETTINGS,
@@ -120,14 +127,17 @@ async def command_costs(address: str, commands: int) -> dict[str, list[float]]:
         for switch in switches.values():
             await switch.close()
     print(f"  probes sent: {probes}")
-    return samples
+    return samples, probes
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--commands", type=int, default=400)
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the figures to FILE as a flat JSON object")
     args = parser.parse_args()
+    figures: dict[str, float] = {"cycles": args.cycles, "commands": args.commands}
     with tempfile.TemporaryDirectory() as tmp:
         lab_file = Path(tmp) / "bench-heal.toml"
         lab_file.write_text(LAB)
@@ -142,17 +152,28 @@ async def main() -> None:
         for name, values in rows:
             print(f"  {name:<34}{percentile(values, 50):>10.1f}{percentile(values, 99):>10.1f}"
                   f"{max(values):>10.1f}")
+        figures["watch_interval_s"] = interval
+        for key, (_, values) in zip(("off_to_offline", "on_to_back", "off_to_back"), rows,
+                                    strict=True):
+            figures |= {f"{key}_p50_ms": percentile(values, 50),
+                        f"{key}_p99_ms": percentile(values, 99)}
         emulators = await spawn_emulators(lab_file)
         try:
             print(f"\nOne-pair connect through the driver after a 0-10 ms idle gap "
                   f"({args.commands} each, interleaved), microseconds:")
-            costs = await command_costs(emulators.endpoints["ocs1"], args.commands)
+            costs, probes = await command_costs(emulators.endpoints["ocs1"], args.commands)
         finally:
             await emulators.stop()
         print(f"  {'':<34}{'p50':>10}{'p99':>10}")
         for name, values in costs.items():
             print(f"  {name:<34}{percentile(values, 50):>10.1f}{percentile(values, 99):>10.1f}")
+            key = KEYS[name]
+            figures |= {f"connect_{key}_p50_us": percentile(values, 50),
+                        f"connect_{key}_p99_us": percentile(values, 99),
+                        f"probes_{key}": probes[name]}
     print(f"\n(cpu count {os.cpu_count()}, python {sys.version.split()[0]})")
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":

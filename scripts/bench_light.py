@@ -8,13 +8,18 @@ labd detected the crossing of the lab's light threshold (Keysight logging functi
 when it truly happened (p50/p99/max). Targets: p99 within 1 ms for the OCS, within 200 µs
 for the mesh.
 
-Usage: python scripts/bench_light.py [--events 100]
+Usage: python scripts/bench_light.py [--events 100] [--json FILE]
+
+``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+from labd.client.control import Backdoor
 from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.emulation.verify import light_drill
 from labd.fabric.drivers import make_meter, make_switch
@@ -29,11 +34,15 @@ CASES = (  # switch, meter channel on its path, logging resolution, window, targ
 )
 
 
-async def main(events: int) -> None:
+async def main(events: int) -> dict[str, float]:
+    """Prints the report; returns its figures by name (for --json)."""
     lab = load_lab("demo")
     emulated, entries = emulated_lab(lab)
     by_id = {e.id: e for e in entries}
+    figures: dict[str, float] = {"events": events}
     async with emulated:
+        # The drill reads the optical model's ground truth through the control endpoint.
+        backdoor = Backdoor(emulated.control_url)
         meter = make_meter(by_id["pm1"], endpoint_of(emulated, by_id["pm1"]))
         await meter.open()
         print(f"Light verification vs ground truth ({events} events per switch, half arrivals "
@@ -47,7 +56,7 @@ async def main(events: int) -> None:
             path = next(p for p in metered_paths(lab, switch_id) if p.meter == meter_id)
             mesh = by_id[switch_id].driver == "qontrol-mesh"
             errors = await light_drill(
-                switch, meter, path, emulated, events,
+                switch, meter, path, backdoor, events,
                 threshold_dbm=lab.lab.light_threshold_dbm, window_s=window,
                 resolution_s=resolution,
                 dark_ingress=dark_ingress(lab, switch_id, switch.info.ingress) if mesh else None)
@@ -59,10 +68,21 @@ async def main(events: int) -> None:
                   f"{resolution * 1e6:>10g}µs{percentile(errors, 50):>9.1f}"
                   f"{p99:>9.1f}{max(abs(e) for e in errors):>9.1f}"
                   f"{target:>8g} {verdict} ({len(errors)} crossings)")
+            figures |= {f"{switch_id}_p50_us": percentile(errors, 50),
+                        f"{switch_id}_p99_abs_us": p99,
+                        f"{switch_id}_max_abs_us": max(abs(e) for e in errors),
+                        f"{switch_id}_crossings": len(errors)}
         await meter.close()
+        await backdoor.close()
+    return figures
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=100)
-    run(main(parser.parse_args().events))
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the figures to FILE as a flat JSON object")
+    args = parser.parse_args()
+    figures = run(main(args.events))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -12,14 +12,18 @@ put on the serial line both ways, what they take on a real line at the board's 1
 (8N1: 10 bits a byte; a pty costs no wire time), the driver's settle wait, and the rest: labd's
 own time and the emulator's, which here shares labd's process.
 
-Usage: python scripts/bench_mesh.py [--perm8 200] [--perm16 50]
+Usage: python scripts/bench_mesh.py [--perm8 200] [--perm16 50] [--json FILE]
+
+``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -32,7 +36,8 @@ from labd.vocabulary import percentile
 BAUD = 115_200
 
 
-async def bench(ports: int, count: int, seed: int) -> None:
+async def bench(ports: int, count: int, seed: int) -> dict[str, float]:
+    """Prints the mesh's figures; returns them by name (prefixed ``mesh8_``, ``mesh16_``)."""
     rng = random.Random(seed)
     spec = EmulatorSpec("mesh", "mesh", {"ports": ports}, {},
                         serve={"serial": ServeSpec(serve="pty")})
@@ -84,16 +89,26 @@ async def bench(ports: int, count: int, seed: int) -> None:
           f"{q(wire_bytes, 50) * byte_ms:.2f} ms at {BAUD} baud (none on this pty); settle "
           f"{settle_ms:.3f} ms; the rest (labd and the emulator, one process): p50 "
           f"{q(own, 50):.2f} ms, p99 {q(own, 99):.2f} ms")
+    return {f"mesh{ports}_{name}": value for name, value in {
+        "p50_ms": q(took, 50), "p99_ms": q(took, 99), "bytes_p50": q(wire_bytes, 50),
+        "wire_ms": q(wire_bytes, 50) * byte_ms, "settle_ms": settle_ms,
+        "rest_p50_ms": q(own, 50), "rest_p99_ms": q(own, 99),
+        "crosstalk_p99_db": q(crosstalk, 99), "crosstalk_worst_db": max(crosstalk),
+        "delivered": delivered, "permutations": count,
+    }.items()}
 
 
-async def main(perm8: int, perm16: int) -> None:
-    await bench(8, perm8, 8)
-    await bench(16, perm16, 16)
+async def main(perm8: int, perm16: int) -> dict[str, float]:
+    return await bench(8, perm8, 8) | await bench(16, perm16, 16)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--perm8", type=int, default=200)
     parser.add_argument("--perm16", type=int, default=50)
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the figures to FILE as a flat JSON object")
     args = parser.parse_args()
-    run(main(args.perm8, args.perm16))
+    figures = run(main(args.perm8, args.perm16))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")

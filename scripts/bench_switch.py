@@ -14,6 +14,9 @@ interleaved in one run:
    < 2 ms at p50). The device's settle time by its ground truth is printed beside it.
 
 Usage: python scripts/bench_switch.py [--rounds 10] [--per-round 200] [--replacements 30]
+                                     [--json FILE]
+
+``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py reads it).
 """
 
 from __future__ import annotations
@@ -139,6 +142,8 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--per-round", type=int, default=200)
     parser.add_argument("--replacements", type=int, default=30)
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the figures to FILE as a flat JSON object")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         lab_file = Path(tmp) / "bench.toml"
@@ -181,6 +186,25 @@ async def main() -> None:
         print(f"  {name:<28}{percentile(values, 50):>10.2f}{percentile(values, 99):>10.2f}"
               f"{max(values):>10.2f}" + ("   (target < 2 ms at p50)" if i == 1 else ""))
     print(f"\n(cpu count {os.cpu_count()}, python {sys.version.split()[0]})")
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures(raw, labd, full), indent=1) + "\n")
+
+
+def figures(raw: list[float], labd: list[float], full: list[tuple[float, float, float, float]]
+            ) -> dict[str, float]:
+    """The printed figures by name, for --json: µs for the round trips, ms for replace()."""
+    wall, own, wire, settle = ([row[i] for row in full] for i in range(4))
+    return {
+        "raw_p50_us": percentile(raw, 50), "raw_p99_us": percentile(raw, 99),
+        "driver_p50_us": percentile(labd, 50), "driver_p99_us": percentile(labd, 99),
+        "ratio_p50": percentile(labd, 50) / percentile(raw, 50),
+        "ratio_p99": percentile(labd, 99) / percentile(raw, 99),
+        "replace_wall_p50_ms": percentile(wall, 50), "replace_wall_p99_ms": percentile(wall, 99),
+        "replace_own_p50_ms": percentile(own, 50), "replace_own_p99_ms": percentile(own, 99),
+        "replace_wire_p50_ms": percentile(wire, 50),
+        "replace_settle_p50_ms": percentile(settle, 50),
+        "samples": len(labd), "replacements": len(full),
+    }
 
 
 if __name__ == "__main__":
