@@ -24,6 +24,13 @@ FAST = {"switch_time_ms": 2.0, "jitter_ms": 0.5}
 # only bounds how long a broken one hangs.
 os.environ.setdefault(SCALE_ENV, "3")
 
+# A shell starts a background job (``cmd &``) with SIGINT ignored, and an ignored signal
+# stays ignored across exec: the labd processes the tests interrupt (Ctrl-C keeps a
+# measurement) would never hear it. The suite's children get the default, as from a
+# terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """pytest-timeout's backstop (the ini's ``timeout`` or a test's own mark) on the same
