@@ -418,16 +418,21 @@ def run_all(benches: Sequence[Benchmark], quick: bool, verbose: bool,
 # -- reading a previous results file ------------------------------------------------------
 
 
+def read_text(path: Path, where: Path, not_text: str) -> str:
+    """The file at ``path`` as text, or BadInput naming it as ``where``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{where}: no such file") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{where}: {not_text}") from None
+    except OSError as exc:
+        raise BadInput(f"{where}: cannot read it ({exc.strerror})") from None
+
+
 def load_results(path: Path) -> Results:
     """A results file written by this script, or BadInput saying why not, naming it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: not JSON (not even text)") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read it ({exc.strerror})") from None
+    text = read_text(path, path, "not JSON (not even text)")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -557,14 +562,7 @@ def replace_section(text: str, section: str, where: Path) -> str:
 
 def read_docs(path: Path, where: Path) -> str:
     """The docs file at ``path`` (``where`` names it in messages), markers checked."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{where}: no such file") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{where}: not text") from None
-    except OSError as exc:
-        raise BadInput(f"{where}: cannot read it ({exc.strerror})") from None
+    text = read_text(path, where, "not text")
     check_markers(text, where)
     return text
 
