@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,10 @@ class Event:
 
 
 class Subscription:
-    def __init__(self, hub: EventHub, size: int) -> None:
+    def __init__(self, hub: EventHub, size: int, who: str = "other") -> None:
         self._hub = hub
+        self.who = who
+        """What reads it (``websocket``, ``mqtt``), for the daemon's metrics."""
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=size)
         self.overflowed = False
 
@@ -51,10 +57,26 @@ class EventHub:
         """Subscribers told of the end (``close``) that have not closed yet."""
         self._ended = asyncio.Event()
         self.snapshot = snapshot or (lambda: {})
+        self._observers: list[Callable[[Event], None]] = []
+
+    def observe(self, observer: Callable[[Event], None]) -> None:
+        """Call ``observer`` with every event as it is published, in the publisher's task.
+        For counting (the daemon's metrics): it must be quick and never await; unlike a
+        subscription it cannot fall behind, so it misses nothing."""
+        self._observers.append(observer)
+
+    def readers(self) -> Counter[str]:
+        """Open subscriptions by what reads them (``Subscription.who``)."""
+        return Counter(sub.who for sub in self._subscribers)
 
     def publish(self, kind: str, data: dict[str, Any]) -> Event:
         event = Event(next(self._seq), kind, data)
         self.last_seq = event.seq
+        for observer in self._observers:
+            try:
+                observer(event)
+            except Exception:  # a counting bug must not cost the event its readers
+                log.exception("an observer of the event stream failed on %s", kind)
         for sub in list(self._subscribers):
             try:
                 sub.queue.put_nowait(event)
@@ -87,8 +109,10 @@ class EventHub:
             async with asyncio.timeout(timeout):
                 await self._ended.wait()
 
-    def subscribe(self, size: int = 10_000) -> tuple[dict[str, Any], Subscription]:
-        """A snapshot and the subscription that continues from it (no event lost between)."""
-        sub = Subscription(self, size)
+    def subscribe(self, size: int = 10_000, who: str = "other"
+                  ) -> tuple[dict[str, Any], Subscription]:
+        """A snapshot and the subscription that continues from it (no event lost between);
+        ``who`` says what reads it, for the metrics."""
+        sub = Subscription(self, size, who)
         self._subscribers.add(sub)
         return {"seq": self.last_seq, **self.snapshot()}, sub

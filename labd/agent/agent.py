@@ -64,6 +64,10 @@ class Agent:
         # Events wait here while the daemon is out of reach and go out in order after.
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
+    def queued(self) -> int:
+        """Events not yet sent (the daemon out of reach, or the link slow)."""
+        return self._outbox.qsize()
+
     async def emit(self, event: dict[str, Any]) -> None:
         self._outbox.put_nowait({"host": self.host, "at_ns": time.monotonic_ns(), **event})
 

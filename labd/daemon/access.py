@@ -176,6 +176,9 @@ class ApiSettings:
     max_body: int = DEFAULT_MAX_BODY
     tls_cert: str | None = None
     tls_key: str | None = None
+    open_metrics: bool = True
+    """``GET /metrics`` without a key (as Prometheus scrapes by default); False: it needs a
+    viewer's key like every other read."""
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

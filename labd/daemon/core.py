@@ -31,6 +31,7 @@ from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
+from labd.daemon.metrics import DaemonMetrics, LagSampler
 from labd.daemon.services import Drills, Services
 from labd.errors import BusError, LabdError
 from labd.events import EventHub
@@ -105,6 +106,7 @@ class Daemon:
             from labd.daemon.bus import MqttBridge  # aiomqtt only for a lab with a broker
 
             self.bus = MqttBridge(self.services, mqtt)
+        self.metrics = self.services.metrics = DaemonMetrics(self.services, self.bus)
         self.report = StartupReport()
         """What start-up found: instruments connected and failed, drift, restored."""
         self._on_drift = {e.id: e.on_drift for e in lab.instrument if isinstance(e, SwitchEntry)}
@@ -266,7 +268,10 @@ class Daemon:
                                                     name="labd-api")
             await self._server.listening.wait()  # the group cancels this if serving fails
             self._loops = [self._group.create_task(self.hosts.run(), name="labd-host-watchdog"),
-                           self._group.create_task(self.jobs.run(), name="labd-recovery")]
+                           self._group.create_task(self.jobs.run(), name="labd-recovery"),
+                           self._group.create_task(
+                               LagSampler(self.metrics.loop_lag_seconds).run(),
+                               name="labd-loop-lag")]
             if self.bus is not None:
                 self._loops.append(self._group.create_task(self.bus.run(), name="labd-mqtt"))
         except BaseException as exc:

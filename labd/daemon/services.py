@@ -27,6 +27,12 @@ class Drills(Protocol):
     async def close(self) -> None: ...
 
 
+class Exposition(Protocol):
+    """The daemon's figures in Prometheus' text format (labd.daemon.metrics)."""
+
+    def expose(self) -> bytes: ...
+
+
 @dataclass
 class Services:
     lab: Lab
@@ -46,6 +52,8 @@ class Services:
     """Each instrument's driver, connection state and identity, in lab-file order."""
     api: ApiSettings = field(default_factory=ApiSettings)
     """Who may do what (roles, keys, open reads), the body limit, TLS."""
+    metrics: Exposition | None = None
+    """Its figures for ``GET /metrics``; None: a daemon that keeps none."""
     drills: Drills | None = None
     """Set after start-up by whoever runs the lab's GPU hosts in emulation (drills need
     them); None: the API refuses drills."""

@@ -140,6 +140,11 @@ class Store:
         self._thread.start()
 
     @property
+    def queue_depth(self) -> int:
+        """Writes handed to the writer and not yet taken (approximate, as the queue's)."""
+        return self._queue.qsize()
+
+    @property
     def where(self) -> str:
         """The store as the user named it: its file, or its URL without a password."""
         if self.path is not None:

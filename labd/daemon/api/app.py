@@ -26,6 +26,7 @@ from labd.daemon.api import (
     instruments,
     jobs,
     meta,
+    metrics,
     reconfigurations,
     switches,
 )
@@ -35,7 +36,7 @@ from labd.lab.file import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events)
+           events, metrics)
 
 
 def create_app(services: Services) -> FastAPI:
@@ -56,7 +57,8 @@ def create_app(services: Services) -> FastAPI:
     # the app's own list holds the included routers, not their routes.
     routes = [route for module in ROUTERS for route in module.router.routes]
     app.add_middleware(Edge, routes=routes, access=access,
-                       open_reads=open_reads, max_body=settings.max_body)
+                       open_reads=open_reads, max_body=settings.max_body,
+                       open_metrics=settings.open_metrics)
     app.openapi = lambda: _openapi(app, open_reads)  # type: ignore[method-assign]
     # Read once: the lab the daemon runs, even if the file is edited meanwhile.
     app.state.lab_sha256 = file_sha256(services.lab.source)

@@ -27,6 +27,8 @@ from labd.daemon.access import Access, Role, grants
 
 #: Where the schema and its pages are served: open to all, they hold nothing of the lab's.
 OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Prometheus' scrape path, open unless the daemon is told otherwise (ApiSettings).
+METRICS_PATH = "/metrics"
 #: Methods whose requests carry no body here (one sent anyway is still counted).
 BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -61,9 +63,10 @@ class Edge:
     a request needs before the app is called."""
 
     def __init__(self, app: ASGIApp, *, routes: list[BaseRoute], access: Access,
-                 open_reads: bool, max_body: int) -> None:
+                 open_reads: bool, max_body: int, open_metrics: bool = False) -> None:
         self.app, self.routes, self.access = app, routes, access
         self.open_reads, self.max_body = open_reads, max_body
+        self.open_paths = OPEN_PATHS | ({METRICS_PATH} if open_metrics else set())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -90,7 +93,7 @@ class Edge:
     def needed(self, scope: Scope) -> tuple[Role | None, str | None]:
         """The role a request needs (None where anyone may), and for an agent's route the
         host whose key may stand in for it."""
-        if scope["path"] in OPEN_PATHS:
+        if scope["path"] in self.open_paths:
             return None, None
         role: Role = "viewer"
         host: str | None = None

@@ -15,7 +15,7 @@ router = APIRouter()
 @router.websocket("/v1/events")
 async def events(socket: WebSocket, services: ServicesDep) -> None:
     await socket.accept()
-    snapshot, subscription = services.hub.subscribe()
+    snapshot, subscription = services.hub.subscribe(who="websocket")
     try:
         await socket.send_json({"kind": "snapshot", **snapshot})
         while True:
