@@ -25,6 +25,9 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     │   │   ├── JobError       the job is not in a state that allows it
     │   │   └── DrillBusy
     │   └── Unavailable        the switch is offline; nothing was sent         (503)
+    │       └── NotLeader      this daemon is a standby, or its lease ran out (503)
+    │           └── StaleEpoch a write from a leader whose epoch has passed
+    ├── LeaseError             the standby lease (--ha) cannot be used
     ├── client side
     │   ├── DaemonError        the daemon refused a request or cannot be reached
     │   └── BackdoorError      the emulators' control endpoint refused or cannot be reached
@@ -119,6 +122,24 @@ class DrillBusy(Conflict):
 
 class Unavailable(RequestError):
     """The switch is offline (reconnecting): nothing was sent."""
+
+
+class NotLeader(Unavailable):
+    """This daemon does not lead the lab now (a standby, or a leader whose lease ran out):
+    changes go to the leader, whose API URL ``leader_url`` names where known."""
+
+    def __init__(self, message: str, leader_url: str | None = None) -> None:
+        super().__init__(message)
+        self.leader_url = leader_url
+
+
+class StaleEpoch(NotLeader):
+    """A write fenced with an epoch that is no longer the lease's: another daemon took the
+    lead meanwhile, and nothing was written."""
+
+
+class LeaseError(LabdError):
+    """The standby lease (``--ha``) cannot be used: its settings, or its database."""
 
 
 class StoreUnavailable(StoreError, Unavailable):

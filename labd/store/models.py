@@ -126,3 +126,18 @@ class IntendedPair(Base):
     switch: Mapped[str] = mapped_column(String(64), primary_key=True)
     a: Mapped[int] = mapped_column(Integer, primary_key=True)
     b: Mapped[int] = mapped_column(Integer)
+
+
+class Lease(Base):
+    """Who leads a lab (``labd run --ha``): the holder's name and API URL, until when (the
+    database's clock), and the epoch, raised by every takeover, that fences every write of
+    intended state (labd/ha/lease.py)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str] = mapped_column(String(200))
+    url: Mapped[str] = mapped_column(String(500))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,1 @@
+"""Several daemons on one lab: the leader's lease and the standby's takeover."""
