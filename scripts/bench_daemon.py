@@ -7,27 +7,43 @@ daemon in this one. Prints, in one run:
 1. the added latency of the API path over a direct driver call: a one-pair connect through
    ``POST /v1/switches/{id}/connections`` (engine, reservations, durable record, event)
    against the same connect through a driver of its own, interleaved (target: p50 ≤ 0.5 ms);
-2. sustained store throughput: reconfiguration records committed per second by the writer,
-   with the event loop's lag measured meanwhile (target: ≥ 40,000 rows/s, lag p99 < 2 ms);
+2. the store, on SQLite and on every database given with ``--db``, side by side: sustained
+   throughput (reconfiguration records committed per second by the writer, with the event
+   loop's lag measured meanwhile; targets: SQLite ≥ 40,000 rows/s, PostgreSQL ≥ 20,000,
+   lag p99 < 2 ms) and one durable record awaited alone (a recovery's: two circuits made,
+   two broken, the intended state updated), its p50 and p99;
 3. reconfiguration throughput on the 8 switches at once through the engine, and how the
    recorded phases agree with the emulators' ground truth.
 
 Usage: python scripts/bench_daemon.py [--samples 300] [--rows 100000] [--seconds 5]
-                                     [--json FILE]
+                                     [--durable 500] [--db URL ...] [--json FILE]
 
-``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py reads it).
+``--db postgresql://user@host/db`` (repeatable, or a comma-separated list) measures the store
+on that server too: in a scratch database made beside the one named (the role needs
+CREATEDB) and dropped afterwards, so nothing of the run stays behind. The URL's query passes
+through to the connection (``?options=-csynchronous_commit%3Doff`` measures what durability
+costs). ``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py
+reads it): SQLite's under the keys it always had, another store's prefixed with its engine
+(``postgresql_store_rows_per_s``; a second PostgreSQL ``postgresql2_``...).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import time
+import uuid
 from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from instruments.polatis_scpi import PolatisScpi
 from labd.client.control import Backdoor
@@ -35,7 +51,7 @@ from labd.daemon.core import Daemon
 from labd.emulation.rig import emulated_rig
 from labd.lab.file import load_lab
 from labd.runtime import run
-from labd.store.store import ReconfigurationRecord, Store
+from labd.store.store import ReconfigurationRecord, Store, normalise_url
 from labd.vocabulary import percentile
 
 SWITCHES = 8
@@ -123,10 +139,88 @@ async def api_vs_direct(daemon: Daemon, endpoint: str, samples: int) -> tuple[li
     return api_us, direct_us
 
 
-async def store_throughput(rows: int) -> tuple[float, list[float]]:
-    with tempfile.TemporaryDirectory() as scratch:
-        store = Store(str(Path(scratch) / "bench.sqlite"))
+@dataclass(frozen=True)
+class Target:
+    """A store to measure: SQLite in the run's scratch folder, or a server by URL."""
+
+    url: str
+    label: str
+    #: The prefix of its figures' JSON keys ("" for SQLite, whose keys bench_all reads).
+    key: str
+
+
+def targets(urls: list[str]) -> list[Target]:
+    """SQLite first, always (the figure the others are set beside), then each PostgreSQL
+    given; each server is asked to answer now, before the minute of the rest of the run."""
+    out = [Target("", "SQLite (WAL)", "")]
+    for number, given in enumerate(urls, start=1):
+        url = normalise_url(given)
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise SystemExit(f"bench_daemon: --db {given!r} is not a database URL: "
+                             f"{exc}") from None
+        if parsed.get_backend_name() != "postgresql":
+            raise SystemExit(f"bench_daemon: --db takes a PostgreSQL URL, not {given!r}: "
+                             f"SQLite is measured in every run, in a scratch file")
+        shown = parsed.render_as_string(hide_password=True)
+        engine = create_engine(parsed, connect_args={"connect_timeout": 10})
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+        except SQLAlchemyError as exc:
+            raise SystemExit(f"bench_daemon: PostgreSQL at {shown} does not answer: "
+                             f"{exc.__class__.__name__}: {exc.args[0] if exc.args else exc}"
+                             ) from None
+        finally:
+            engine.dispose()
+        query = "".join(f" {k}={v}" for k, v in sorted(parsed.query.items()))
+        out.append(Target(url, f"PostgreSQL {parsed.host or 'local'}:{parsed.port or 5432}"
+                               f"{query}", "postgresql_" if number == 1
+                          else f"postgresql{number}_"))
+    return out
+
+
+@contextlib.contextmanager
+def scratch_database(url: str) -> Iterator[str]:
+    """A fresh database beside the one ``url`` names, dropped afterwards: the run's records
+    never land in a database that is in use."""
+    parsed = make_url(url)
+    name = f"labd_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(parsed, isolation_level="AUTOCOMMIT",
+                          connect_args={"connect_timeout": 10})
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except SQLAlchemyError as exc:
+        admin.dispose()
+        raise SystemExit(f"bench_daemon: cannot make a scratch database on {shown} "
+                         f"(the role needs CREATEDB): {exc.__class__.__name__}: "
+                         f"{exc.args[0] if exc.args else exc}") from None
+    try:
+        yield parsed.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@contextlib.asynccontextmanager
+async def opened(target: Target) -> AsyncIterator[Store]:
+    with contextlib.ExitStack() as scratch:
+        url = scratch.enter_context(scratch_database(target.url)) if target.url else \
+            str(Path(scratch.enter_context(tempfile.TemporaryDirectory())) / "bench.sqlite")
+        store = Store(url)
         await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+async def store_throughput(target: Target, rows: int) -> tuple[float, list[float]]:
+    async with opened(target) as store:
         lags: list[float] = []
         stop = asyncio.Event()
         probe = asyncio.create_task(lag_probe(lags, stop))
@@ -150,8 +244,27 @@ async def store_throughput(rows: int) -> tuple[float, list[float]]:
         elapsed = time.perf_counter() - start
         stop.set()
         await probe
-        await store.close()
     return rows / elapsed, lags
+
+
+async def durable_record(target: Target, count: int) -> list[float]:
+    """µs from handing one record to the store to its commit, nothing else queued: what a
+    recovery waits for before it may go on (the record of its reconfiguration)."""
+    async with opened(target) as store:
+        took: list[float] = []
+        for i in range(count):
+            a = 1 + 2 * (i % 8)
+            now = time.monotonic_ns()
+            record = ReconfigurationRecord(
+                switch="s1", cause="recovery", outcome="ok", error=None,
+                connected=[(a, 17 + a), (a + 1, 18 + a)],
+                disconnected=[(a, 33 + a), (a + 1, 34 + a)], requested_ns=now,
+                dispatched_ns=now, activated_ns=now, acked_ns=now, light_ns=now, done_ns=now,
+                update_intended=True)
+            start = time.perf_counter_ns()
+            await store.record(record)
+            took.append((time.perf_counter_ns() - start) / 1e3)
+    return took
 
 
 async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int, float,
@@ -187,8 +300,10 @@ async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int
     return len(results), elapsed, after_settle, inside
 
 
-async def main(samples: int, rows: int, seconds: float) -> dict[str, float]:
+async def main(samples: int, rows: int, seconds: float, durable: int = 500,
+               urls: list[str] | None = None) -> dict[str, float]:
     """Prints the report; returns its figures by name (for --json)."""
+    stores = targets(urls or [])
     with tempfile.TemporaryDirectory() as scratch:
         lab_file = Path(scratch) / "bench.toml"
         lab_file.write_text(lab_text())
@@ -198,7 +313,8 @@ async def main(samples: int, rows: int, seconds: float) -> dict[str, float]:
             api_us, direct_us = await api_vs_direct(rig.daemon, rig.addresses["s1"], samples)
             count, elapsed, after_settle, inside = await fleet(rig.daemon, rig.backdoor,
                                                                seconds)
-    rate, lags = await store_throughput(rows)
+    measured = {t: await store_throughput(t, rows) for t in stores}
+    records = {t: await durable_record(t, durable) for t in stores}
 
     print(f"1. One-pair connect, API path vs a direct driver call ({samples} each, "
           f"interleaved, zero-latency emulator), µs:")
@@ -211,9 +327,17 @@ async def main(samples: int, rows: int, seconds: float) -> dict[str, float]:
     added99 = (percentile(api_us, 99) - percentile(direct_us, 99)) / 1e3
     print(f"   added by the API path: p50 {added50:.2f} ms, p99 {added99:.2f} ms "
           f"(target p50 ≤ 0.5 ms; includes the durable record and the event)")
-    print(f"2. Store: {rows} reconfiguration records, {rate:,.0f} rows/s committed; "
-          f"event-loop lag meanwhile p50 {percentile(lags, 50):.2f} ms, "
-          f"p99 {percentile(lags, 99):.2f} ms (targets ≥ 40,000 rows/s, lag p99 < 2 ms)")
+    width = max(len(t.label) for t in stores) + 2
+    print(f"2. Store: {rows} reconfiguration records committed, with the event loop's lag "
+          f"meanwhile; one durable record (a recovery's) awaited alone, {durable} times:")
+    print(f"   {'':<{width}}{'rows/s':>10}{'lag p50':>10}{'lag p99':>10}"
+          f"{'durable p50':>13}{'durable p99':>13}")
+    for t in stores:
+        rate, lags = measured[t]
+        print(f"   {t.label:<{width}}{rate:>10,.0f}{percentile(lags, 50):>7.2f} ms"
+              f"{percentile(lags, 99):>7.2f} ms{percentile(records[t], 50):>10.0f} µs"
+              f"{percentile(records[t], 99):>10.0f} µs")
+    print("   (targets: SQLite ≥ 40,000 rows/s, PostgreSQL ≥ 20,000 rows/s, lag p99 < 2 ms)")
     print(f"3. {SWITCHES} switches at once through the engine for {elapsed:.1f} s: {count} "
           f"reconfigurations, {count / elapsed:,.0f}/s")
     print(f"   acknowledged after the emulator's settle time: p50 "
@@ -221,16 +345,22 @@ async def main(samples: int, rows: int, seconds: float) -> dict[str, float]:
           f"the true change lay between dispatched and acknowledged in "
           f"{len(inside)}/{count} records")
     q = percentile
-    return {
+    figures: dict[str, float] = {}
+    for t in stores:
+        rate, lags = measured[t]
+        figures |= {f"{t.key}store_rows_per_s": rate, f"{t.key}lag_p50_ms": q(lags, 50),
+                    f"{t.key}lag_p99_ms": q(lags, 99),
+                    f"{t.key}durable_p50_us": q(records[t], 50),
+                    f"{t.key}durable_p99_us": q(records[t], 99)}
+    return figures | {
         "direct_p50_us": q(direct_us, 50), "direct_p99_us": q(direct_us, 99),
         "api_p50_us": q(api_us, 50), "api_p99_us": q(api_us, 99),
         "api_added_p50_ms": added50, "api_added_p99_ms": added99,
-        "store_rows_per_s": rate, "lag_p50_ms": q(lags, 50), "lag_p99_ms": q(lags, 99),
         "fleet_per_s": count / elapsed, "fleet_seconds": elapsed,
         "after_settle_p50_ms": q(after_settle, 50),
         "after_settle_p99_ms": q(after_settle, 99),
         "truth_inside": len(inside), "truth_total": count,
-        "samples": samples, "store_rows": rows,
+        "samples": samples, "store_rows": rows, "durable_records": durable,
     }
 
 
@@ -239,9 +369,15 @@ if __name__ == "__main__":
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--durable", type=int, default=500, metavar="N",
+                        help="durable records awaited one at a time, per store (default 500)")
+    parser.add_argument("--db", action="append", default=[], metavar="URL",
+                        help="also measure the store on this database (repeatable, or "
+                             "comma-separated), e.g. postgresql://postgres@127.0.0.1/postgres")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write the figures to FILE as a flat JSON object")
     args = parser.parse_args()
-    figures = run(main(args.samples, args.rows, args.seconds))
+    urls = [url.strip() for given in args.db for url in given.split(",") if url.strip()]
+    figures = run(main(args.samples, args.rows, args.seconds, args.durable, urls))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

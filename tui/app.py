@@ -2,7 +2,8 @@
 
 Tabs (tui/tabs/, one module each): the port map of every switch (partner, state, power
 coloured by level, circuits named by their endpoints), the GPU hosts, the latest failover's
-timeline, recent reconfigurations with their phases, and the event log. The app follows
+timeline, recent reconfigurations with their phases, the event log, and a switch as a
+matrix of ingress by egress ports. The app follows
 the daemon's event stream and hands each event to the tabs it concerns; when the daemon
 goes away it says so, keeps the last picture marked stale, and resyncs from a fresh
 snapshot when the daemon is back. It never blocks on the network: all requests run in
@@ -32,6 +33,7 @@ from tui.screens.help import HelpScreen
 from tui.tabs.events import EventsTab
 from tui.tabs.failover import FailoverTab
 from tui.tabs.hosts import HostsTab
+from tui.tabs.matrix import MatrixTab
 from tui.tabs.pane import Pane
 from tui.tabs.ports import PortsTab
 from tui.tabs.reconfigurations import ReconfigurationsTab
@@ -57,6 +59,7 @@ class LabApp(App[None]):
         Binding("3", "goto('failover')", "Failover", show=False),
         Binding("4", "goto('reconfigurations')", "Reconfigurations", show=False),
         Binding("5", "goto('events')", "Events", show=False),
+        Binding("6", "goto('matrix')", "Matrix", show=False),
     ]
 
     def __init__(self, url: str, token: str | None = None, *, ca: str | None = None
@@ -76,8 +79,12 @@ class LabApp(App[None]):
         self.failover = FailoverTab()
         self.reconfigurations = ReconfigurationsTab()
         self.events = EventsTab()
+        self.matrix = MatrixTab()
         self.tabs: dict[str, Pane] = {str(tab.id): tab for tab in (
-            self.ports, self.hosts, self.failover, self.reconfigurations, self.events)}
+            self.ports, self.hosts, self.failover, self.reconfigurations, self.events,
+            self.matrix)}
+        self.lab: str | None = None
+        """The lab's name, as the daemon gives it (GET /v1/health)."""
         self.changes = Changes(self, self.client, self._announce, self.action_goto)
 
     @property
@@ -93,6 +100,7 @@ class LabApp(App[None]):
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.client.url} — connecting"
+        self.matrix.show({}, {}, {})
         self.ports.take_keys()  # keys act on the map, not the filter
         self.run_worker(self._follow(), exclusive=True, group="events")
 
@@ -138,7 +146,12 @@ class LabApp(App[None]):
     async def _resync(self, snapshot: dict[str, Any]) -> None:
         """A fresh picture: every switch's ports, the hosts, the latest failover, the
         recent reconfigurations."""
+        health = await self.client.get("/v1/health")
+        self.lab = str(health.get("lab") or "") or None
+        # The lab first: several daemons on one machine differ by it, not by their port.
+        self.title = f"labd · {self.lab}" if self.lab else "labd"
         await self.ports.load(sorted(snapshot.get("intended", {})))
+        self._show_matrix()
         latest = await self.client.get("/v1/failovers", limit=1)
         rows = await self.client.get("/v1/reconfigurations", limit=100)
         self.reconfigurations.show(reversed(rows))
@@ -166,7 +179,11 @@ class LabApp(App[None]):
             self.hosts.show_hosts(await self.client.get("/v1/hosts"))
         await self._announce()
 
+    def _show_matrix(self) -> None:
+        self.matrix.show(self.ports.ports, self.ports.sizes, self.ports.circuit_at)
+
     async def on_ports_tab_redrawn(self) -> None:
+        self._show_matrix()
         await self._announce()
 
     def on_ports_tab_trouble(self, message: PortsTab.Trouble) -> None:
@@ -178,7 +195,12 @@ class LabApp(App[None]):
             event.pane.came_into_view()
 
     def action_goto(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        tabs = self.query_one(TabbedContent)
+        if tab == "matrix" and tabs.active == "ports":
+            at = self.ports.port_under_cursor()  # the matrix opens on the map's switch
+            if at is not None:
+                self.matrix.select(at[0])
+        tabs.active = tab
         # Focus follows, or the tab holding the old focus would take itself back.
         self.tabs[tab].take_keys()
 
@@ -216,13 +238,48 @@ class LabApp(App[None]):
 
     # -- changes: every one asks first (tui/changes.py) ------------------------------------
     def action_circuit(self) -> None:
-        self.changes.circuit()
+        self.changes.circuit(self.known_endpoints())
+
+    def known_endpoints(self) -> list[str]:
+        """The endpoints the UI has heard of: the hosts' NICs, the jobs' members and
+        spares, and the ends of the circuits up now (the API lists no others)."""
+        found: set[str] = set()
+        for host in self.hosts.hosts:
+            found.update(str(n) for n in host.get("nics", {}))
+        for job in self.hosts.jobs:
+            found.update(map(str, [*job.get("members", []), *job.get("spares", [])]))
+        for circuit in self.ports.circuit_at.values():
+            found.update(circuit.split(" → "))
+        return sorted(found)
+
+    def _active(self) -> str:
+        return str(self.query_one(TabbedContent).active)
 
     def action_pair(self) -> None:
+        """On the matrix, the pair under its cursor; elsewhere a form, filled in from the
+        port map's cursor."""
+        if self._active() == "matrix":
+            at = self.matrix.cursor()
+            if at is not None:
+                self.changes.pair_here(*at)
+            return
         self.changes.pair(self.ports.port_under_cursor())
 
     def action_break(self) -> None:
-        """Break the circuit through the port under the cursor, or its raw pair."""
+        """Break the circuit through the port under the cursor, or its raw pair (on the
+        matrix: the pair under its cursor, if it is connected)."""
+        if self._active() == "matrix":
+            cell = self.matrix.cursor()
+            if cell is None:
+                return
+            switch, ingress, egress = cell
+            if not self.matrix.view.grid.connected(ingress, egress):
+                self.changes.tell(f"{switch} {ingress} → {egress} is not connected",
+                                  "nothing to break")
+                return
+            self.changes.break_port(switch, ingress, self.ports.circuit_through(
+                switch, ingress), str(egress))
+            return
         at = self.ports.port_under_cursor()
         if at is not None:
             self.changes.break_port(*at, self.ports.circuit_through(*at),
@@ -232,4 +289,6 @@ class LabApp(App[None]):
         self.changes.drill()
 
     def action_measure(self) -> None:
-        self.changes.measure(self.ports.port_under_cursor(), self.reconfigurations)
+        cell = self.matrix.cursor() if self._active() == "matrix" else None
+        at = cell[:2] if cell is not None else self.ports.port_under_cursor()
+        self.changes.measure(at, self.reconfigurations)

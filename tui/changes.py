@@ -5,7 +5,7 @@ notification (docs/tui.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from textual.app import App
@@ -64,8 +64,9 @@ class Changes:
             self.tell(said(result), title)
         await self.answered()
 
-    def circuit(self) -> None:
-        """A circuit between two endpoints, on every switch it crosses."""
+    def circuit(self, endpoints: Sequence[str] = ()) -> None:
+        """A circuit between two endpoints, on every switch it crosses; ``endpoints``,
+        the ones the UI knows of, are offered as they are typed."""
         def typed(answer: dict[str, str] | None) -> None:
             if answer is None:
                 return
@@ -75,9 +76,11 @@ class Changes:
                 "circuit made", "POST", "/v1/circuits", {"from": src, "to": dst},
                 lambda r: f"{src} → {dst} via {route_text(r['route'])}")
 
+        example = list(endpoints[:2]) or ["h0.nic0", "h1.nic0"]
+        known = {"src": endpoints, "dst": endpoints} if endpoints else None
         self.app.push_screen(FormScreen("Make a circuit", [
-            ("src", "from endpoint, e.g. h0.nic0", ""),
-            ("dst", "to endpoint, e.g. h1.nic0", "")]), typed)
+            ("src", f"from endpoint, e.g. {example[0]}", ""),
+            ("dst", f"to endpoint, e.g. {example[-1]}", "")], choices=known), typed)
 
     def pair(self, at: tuple[str, int] | None) -> None:
         """A raw pair on one switch; ``at``, the port under the cursor, fills in the form."""
@@ -89,15 +92,18 @@ class Changes:
             except ValueError:
                 self.tell("ports are numbers", "raw pair not made", error=True)
                 return
-            switch = answer["switch"]
-            self._ask_change(
-                f"Connect {switch} port {a} to port {b} (a raw pair, no endpoints)?",
-                "pair made", "POST", f"/v1/switches/{switch}/connections",
-                {"pairs": [[a, b]]}, lambda r: f"{switch} {a}↔{b}: {r['outcome']}")
+            self.pair_here(answer["switch"], a, b)
 
         self.app.push_screen(FormScreen("Connect a raw pair on one switch", [
             ("switch", "switch id", at[0] if at else ""),
             ("a", "port", str(at[1]) if at else ""), ("b", "other port", "")]), typed)
+
+    def pair_here(self, switch: str, a: int, b: int) -> None:
+        """The raw pair a↔b on ``switch``, after asking (the matrix's cursor names both)."""
+        self._ask_change(
+            f"Connect {switch} port {a} to port {b} (a raw pair, no endpoints)?",
+            "pair made", "POST", f"/v1/switches/{switch}/connections",
+            {"pairs": [[a, b]]}, lambda r: f"{switch} {a}↔{b}: {r['outcome']}")
 
     def break_port(self, switch: str, port: int, circuit: str | None, partner: str) -> None:
         """Break the circuit through the port, else its raw pair with ``partner``."""
@@ -166,13 +172,17 @@ class Changes:
     async def _measure(self, plan: ReconfigPlan, tab: ReconfigurationsTab) -> None:
         self.goto(str(tab.id))
         rows: list[dict[str, Any]] = []
+        stopped = None
         try:
             async for row in tab.measure(self.client, plan):
                 rows.append(row)
         except (DaemonError, CampaignError) as exc:
-            self.tell(str(exc), "measurement stopped", error=True)
+            stopped = str(exc)
+            self.tell(stopped, "measurement stopped", error=True)
+        # The result stays in the tab's panel; the notification only says it is there.
         device = [r for r in summary(rows) if r["span"] == "device"]
+        headline = tab.measured(plan, rows, stopped)
         self.tell(", ".join(f"k={r['k']}: device p50 {r['p50']:.2f} ms, p99 "
                             f"{r['p99']:.2f} ms" for r in device) or "no timed rows",
-                  f"{plan.switch} {plan.pattern}: {len(rows)} reconfigurations")
+                  headline)
         await self.answered()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from rich.text import Text
@@ -9,6 +10,8 @@ from rich.text import Text
 from labd.vocabulary import span_ms
 
 BARS = "▁▂▃▄▅▆▇█"
+#: Light below this is dark; within 20 dB above it, weak (the port map and the matrix).
+POWER_THRESHOLD_DBM = -30.0
 
 
 def sparkline(values: list[float]) -> str:
@@ -20,7 +23,7 @@ def sparkline(values: list[float]) -> str:
     return "".join(BARS[min(len(BARS) - 1, int((v - low) / span * len(BARS)))] for v in values)
 
 
-def power_text(dbm: float | None, threshold: float = -30.0) -> Text:
+def power_text(dbm: float | None, threshold: float = POWER_THRESHOLD_DBM) -> Text:
     """Optical power, coloured by level: light, weak light, dark."""
     if dbm is None:
         return Text("-", style="dim")
@@ -71,3 +74,11 @@ def reconfiguration_cells(row: dict[str, Any]) -> tuple[str | Text, ...]:
             Text(outcome, style="green" if outcome == "ok" else "bold red"), str(pairs),
             span("dispatched", "acknowledged"), span("dispatched", "light"),
             span("requested", "done"))
+
+
+def local_time(iso: str) -> str:
+    """A wall-clock time from the API (ISO 8601, UTC) in the terminal's time zone."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso

@@ -7,9 +7,7 @@ web server: only typer and rich here, and the agent's own parts once it runs
 
 from __future__ import annotations
 
-import logging
 import shlex
-import sys
 from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
 
 
 def agent(
+    ctx: typer.Context,
     host: Annotated[str, typer.Option(help="This host's id, as in the lab file's \\[\\[host]].")],
     lab: Annotated[str, typer.Option(help="The lab's name, as in its lab file (lab.name).")],
     mqtt: Annotated[str | None, typer.Option(
@@ -58,6 +57,15 @@ def agent(
     nic: Annotated[list[str] | None, typer.Option(
         help="ENDPOINT=INTERFACE: the network interface behind a NIC endpoint of the lab "
              "file, whose carrier the agent reports (repeatable).")] = None,
+    log_level: Annotated[str | None, typer.Option(
+        help="Log levels: one for every logger, then NAME=LEVEL for some, e.g. "
+             "info,labd.agent=debug [default: warning; labd -v: info, -vv: debug].")] = None,
+    log_format: Annotated[str, typer.Option(
+        help="human (on a terminal: rich; elsewhere one plain line each) or json (one "
+             "object per line, for collectors).")] = "human",
+    log_file: Annotated[str | None, typer.Option(
+        help="Write the logs to this file instead of stderr (rotated at 10 MiB, 5 "
+             "kept).")] = None,
 ) -> None:
     """The GPU-host agent: reports GPU health, NIC links and job progress to the daemon
     over MQTT, and runs the host's part of the jobs it is configured for."""
@@ -65,7 +73,15 @@ def agent(
     from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
     from labd.agent.nics import SysfsNics
     from labd.agent.nvml import NvmlBackend
+    from labd.logs import LogSettingsError, configure, level_for
 
+    # -v of the labd command (python -m labd.agent has none)
+    options = ctx.find_root().obj
+    verbose = int(options.get("verbose", 0)) if isinstance(options, dict) else 0
+    try:
+        configure(level_for(verbose, log_level), log_format, log_file)
+    except LogSettingsError as exc:
+        raise fail(f"log options: {exc}") from None
     if (mqtt is None) == (daemon is None):
         raise fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
     commands = {name: shlex.split(command) for name, command in
@@ -104,10 +120,7 @@ def agent(
 
 def main() -> None:
     """``python -m labd.agent``: the agent command alone, logging warnings and errors as
-    ``labd agent`` does without ``-v``."""
-    logging.basicConfig(level=logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    ``labd agent`` does without ``-v`` (or as its --log-* options say)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(agent)
     app()

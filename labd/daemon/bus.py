@@ -12,6 +12,14 @@ command's body is JSON: ``{"connect": [[a, b], ...]}``, or ``"disconnect": [port
 replayed) changes nothing: a command gets a result with ``"error"``; a host message raises
 a warning event, at most one per sender every :data:`COMPLAINT_EVERY_S`.
 
+The agents' messages come in on a connection of their own (labd.hosts.feed), in batches
+that are worked off in slices of the loop's time, so that a pod's heartbeats never hold up
+the API or the watchdog; commands run as tasks of their own (at most
+:data:`MAX_COMMANDS` at once; more are refused with an error), so that no agent message
+waits behind a reconfiguration. The bridge also sends itself a probe through the broker
+(``<root>/daemon/probe``) every :data:`PROBE_S`: hearing it back is the watchdog's evidence
+that the daemon hears its hosts in time (labd.hosts.monitor).
+
 The bridge reconnects to the broker by itself, with backoff, and republishes its state; an
 error in its own loops restarts them (with an event), never ends them.
 """
@@ -19,6 +27,7 @@ error in its own loops restarts them (with an event), never ends them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -32,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from labd.daemon.api.bodies import MAX_PAIRS, Port
 from labd.errors import BusError, RequestError
+from labd.hosts.feed import PAUSE_AT, FeedProtocol, HostFeed, Message
 from labd.mqtt.client import publish, session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
@@ -45,6 +55,12 @@ log = logging.getLogger(__name__)
 
 #: One warning event per sender (or kind of mistake) at most this often.
 COMPLAINT_EVERY_S = 10.0
+#: The most switch commands from the bus carried out at once; one more is refused.
+MAX_COMMANDS = 64
+#: How long one slice of agent messages may hold the loop before others get their turn.
+SLICE_S = 0.002
+#: How often the bridge probes its own path through the broker.
+PROBE_S = 0.05
 # The same ports, pairs and bounds as the API's bodies: one change, two ways to ask.
 Pair = tuple[Port, Port]
 
@@ -108,6 +124,22 @@ class MqttBridge:
         self._clients = Opener(creds.clients.get)
         self._sealers: dict[str, Sealer] = {}
         self.complain = Complaints(services)
+        # Agent messages read off the broker and not yet handled, oldest first.
+        self._inbox: collections.deque[Message] = collections.deque()
+        self._draining = False
+        self.drained = asyncio.Event()
+        """Set while no agent message waits to be handled."""
+        self.drained.set()
+        self._feed: FeedProtocol | None = None
+        services.hosts.backlog(lambda: len(self._inbox))
+        self._commands: set[asyncio.Task[None]] = set()
+        self.max_commands = MAX_COMMANDS
+        """The most commands from the bus carried out at once."""
+        self._probes: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.taken = 0
+        """Agent messages handled so far."""
+        self.refused_commands = 0
+        """Commands refused because :data:`MAX_COMMANDS` were in flight."""
 
     async def wait_sessions(self, count: int, timeout: float) -> None:
         """Wait until the bridge has had ``count`` broker sessions."""
@@ -141,6 +173,14 @@ class MqttBridge:
     async def run(self) -> None:
         """Stay on the broker until cancelled: reconnect with backoff when it goes, and
         start again (with a warning event) when the bridge's own code fails."""
+        try:
+            await self._run()
+        finally:
+            for task in list(self._commands):
+                task.cancel()
+            await asyncio.gather(*self._commands, return_exceptions=True)
+
+    async def _run(self) -> None:
         delay = 0.1
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
@@ -167,23 +207,29 @@ class MqttBridge:
         self._client = client
         self._sealers = {host: Sealer("daemon", key)
                          for host, key in self.settings.credentials.hosts.items()}
+        feed = HostFeed(self.settings, [f"{self.prefix}/hosts/+/+",
+                                        f"{self.prefix}/daemon/probe"], self._take)
         try:
             await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
             await self._publish_state(client, snapshot)
             await client.subscribe(f"{self.prefix}/command/+")
-            await client.subscribe(f"{self.prefix}/hosts/+/+")
             await client.subscribe(f"{self.prefix}/daemon")
-            self.connected.set()
-            async with self._session_started:
-                self.sessions += 1
-                self._session_started.notify_all()
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._forward(client, subscription))
-                group.create_task(self._messages(client))
+            async with feed.connected() as protocol:
+                self._feed = protocol
+                self.connected.set()
+                async with self._session_started:
+                    self.sessions += 1
+                    self._session_started.notify_all()
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._forward(client, subscription))
+                    group.create_task(self._messages(client))
+                    group.create_task(HostFeed.keep(protocol))
+                    group.create_task(self._probe(client))
         except* Exception as group_error:  # the first failure says why the session ended
             raise group_error.exceptions[0] from None
         finally:
             self._client = None
+            self._feed = None
             subscription.close()
 
     async def _publish_state(self, client: aiomqtt.Client, snapshot: dict[str, Any]) -> None:
@@ -222,24 +268,115 @@ class MqttBridge:
                 message.payload).encode()
             parts = topic.removeprefix(self.prefix + "/").split("/")
             try:
-                if parts[0] == "hosts" and len(parts) == 3:  # <root>/hosts/<host>/<kind>
-                    self._from_host(topic, parts[1], parts[2], payload, bool(message.retain))
-                elif parts == ["daemon"]:
+                if parts == ["daemon"]:
                     await self._about_us(client, payload)
                 elif parts[0] == "command" and len(parts) == 2:
-                    try:
-                        reply = await self.handle(parts[1], payload, topic=topic)
-                    except Exception as exc:  # answered, so that no sender waits forever
-                        log.exception("MQTT command on %s failed", topic)
-                        reply = {"error": f"the daemon failed on this command: "
-                                          f"{type(exc).__name__}: {exc}"}
-                    await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
+                    if len(self._commands) >= self.max_commands:
+                        most = self.max_commands
+                        self.refused_commands += 1
+                        self.complain("commands in flight", f"command on {topic} refused: "
+                                      f"{most} are being carried out")
+                        await publish(client, f"{topic}/result", json.dumps({
+                            "error": f"refused: the daemon is carrying out {most} "
+                                     "commands from the bus already, the most it takes at "
+                                     "once; nothing was changed: send it again once one "
+                                     "is answered"}), qos=1)
+                        continue
+                    # A task of its own: a reconfiguration takes 100 ms or more with light
+                    # verification, and nothing else on the bus may wait behind it.
+                    task = asyncio.create_task(self._command(parts[1], payload, topic),
+                                               name=f"labd-mqtt-command-{parts[1]}")
+                    self._commands.add(task)
+                    task.add_done_callback(self._commands.discard)
             except aiomqtt.MqttError:
                 raise
             except Exception as exc:  # one message's trouble is not the bridge's end
                 log.exception("MQTT message on %s could not be handled", topic)
                 self.complain(f"failed {parts[0]}", f"message on {topic} could not be "
                                                     f"handled: {type(exc).__name__}: {exc}")
+
+    async def _command(self, switch: str, payload: bytes, topic: str) -> None:
+        try:
+            reply = await self.handle(switch, payload, topic=topic)
+        except Exception as exc:  # answered, so that no sender waits forever
+            log.exception("MQTT command on %s failed", topic)
+            reply = {"error": f"the daemon failed on this command: "
+                              f"{type(exc).__name__}: {exc}"}
+        client = self._client  # the session now, which may not be the one it came on
+        if client is None or not self.connected.is_set():
+            log.warning("the result of the command on %s is lost: the daemon is not "
+                        "connected to the MQTT broker", topic)
+            return
+        try:
+            await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
+        except aiomqtt.MqttError as exc:
+            log.warning("the result of the command on %s is lost: %s", topic, exc)
+
+    def _take(self, batch: list[Message]) -> None:
+        """A batch of agent messages from the feed: kept in order, handled soon, in slices."""
+        self._inbox.extend(batch)
+        self.drained.clear()
+        if len(self._inbox) >= PAUSE_AT and self._feed is not None:
+            self._feed.pause(True)  # the broker holds the rest until we catch up
+        if not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Handle agent messages for up to :data:`SLICE_S`, then give the loop back (and
+        come back for the rest): a backlog is worked off between the API's requests, not
+        instead of them."""
+        inbox = self._inbox
+        end = time.perf_counter() + SLICE_S
+        count = 0
+        while inbox:
+            topic, payload, retained = inbox.popleft()
+            self.taken += 1
+            try:
+                self._from_feed(topic, payload, retained)
+            except Exception as exc:  # one message's trouble is not the bridge's end
+                log.exception("MQTT message on %s could not be handled", topic)
+                self.complain("failed hosts", f"message on {topic} could not be handled: "
+                                              f"{type(exc).__name__}: {exc}")
+            count += 1
+            if count % 32 == 0 and time.perf_counter() > end:
+                break
+        if self._feed is not None and self._feed.paused and len(inbox) < PAUSE_AT // 2:
+            self._feed.pause(False)
+        if inbox:
+            asyncio.get_running_loop().call_soon(self._drain)
+        else:
+            self._draining = False
+            self.drained.set()
+
+    def _from_feed(self, topic: str, payload: bytes | None, retained: bool) -> None:
+        parts = topic.removeprefix(self.prefix + "/").split("/")
+        if parts == ["daemon", "probe"]:
+            self._probe_heard(payload or b"")
+        elif len(parts) == 3 and parts[0] == "hosts":  # <root>/hosts/<host>/<kind>
+            if payload is None:
+                self.complain(f"host {parts[1]}", f"message on {topic} refused: larger than "
+                                                  "the bus takes")
+                return
+            self._from_host(topic, parts[1], parts[2], payload, retained)
+
+    async def _probe(self, client: aiomqtt.Client) -> None:
+        """A word to ourselves through the broker every :data:`PROBE_S`; heard back, it is
+        the watchdog's evidence that what is sent now is read in time."""
+        while True:
+            token = secrets.token_hex(8)
+            self._probes[token] = time.monotonic_ns()
+            while len(self._probes) > 64:  # the answers that never came are forgotten
+                self._probes.popitem(last=False)
+            await publish(client, f"{self.prefix}/daemon/probe", token, qos=0)
+            await asyncio.sleep(PROBE_S)
+
+    def _probe_heard(self, payload: bytes) -> None:
+        # Only our own, once each: anyone may publish here on an open broker, but only the
+        # daemon knows the tokens (a replay of one already heard says nothing new).
+        sent = self._probes.pop(payload.decode(errors="replace"), None)
+        if sent is not None:
+            self.services.hosts.heard(sent)
 
     def _from_host(self, topic: str, host: str, kind: str, payload: bytes,
                    retained: bool) -> None:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,10 +52,15 @@ __all__ = ["DEFAULT_PORT", "Daemon", "Drills", "StartupReport"]
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8470
-#: How long the HTTP server may take to finish its requests when the daemon stops.
-SERVER_EXIT_S = 5.0
+#: How long stopping may take, all of it (systemd's SIGTERM is answered within 2 s, the
+#: interpreter's own exit included). A reconfiguration under way has all of it to finish
+#: and be recorded; a client that will not read its end, or never finishes sending its
+#: request, is cut off when it runs out.
+STOP_S = 1.2
 #: How long the event stream's readers may take to read its end when the daemon stops.
-READERS_EXIT_S = 2.0
+READERS_EXIT_S = 0.25
+#: At the least, how long the HTTP server is given to write the answers it owes.
+SERVER_EXIT_S = 0.2
 
 
 @dataclass
@@ -209,7 +214,8 @@ class Daemon:
                 self.hub.publish("warning", {"detail": f"{switch}: the drift found on "
                                                        f"reconnecting was not dealt with: {exc}"})
             except Exception:
-                log.exception("%s: dealing with drift failed", switch)
+                log.exception("%s: dealing with drift failed", switch,
+                              extra={"instrument": switch})
             if switch not in self._heal_again:
                 return
 
@@ -324,8 +330,10 @@ class Daemon:
         host, port = sock.getsockname()[:2]
         api = self.services.api
         self.url = f"{'https' if api.tls else 'http'}://{host}:{port}"
+        # log_config None: uvicorn's lines go through labd's handlers (labd.logs), not
+        # handlers of its own that would bypass their format and their redaction.
         config = uvicorn.Config(create_app(self.services), log_level="warning",
-                                lifespan="off", ssl_certfile=api.tls_cert,
+                                log_config=None, lifespan="off", ssl_certfile=api.tls_cert,
                                 ssl_keyfile=api.tls_key)
         return _Server(config), sock
 
@@ -336,6 +344,8 @@ class Daemon:
         if not self._running:
             return
         self._running = False
+        # What the stop holds until it ends: every port, so no reconfiguration starts.
+        self._quiesced = contextlib.AsyncExitStack()
         group, self._group = self._group, None
         try:
             if group is not None:
@@ -365,8 +375,19 @@ class Daemon:
             for driver in self.drivers.values():
                 await driver.close()
             await self.store.close()
+            await self._quiesced.aclose()
 
     async def _stop_loops(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_S
+        # First, the reconfigurations under way (from the API, the bus or a recovery) end
+        # and are recorded: all the lab's ports are taken, which waits for each to let
+        # go of its own, and none starts after. Before the loops are cancelled, so that a
+        # recovery is not cut off on the wire.
+        drained = await self._quiesce(deadline - SERVER_EXIT_S - loop.time())
+        if not drained:
+            log.warning("stopping with a reconfiguration still under way after %.1f s: "
+                        "it is cut off (the switch is read back at the next start)", STOP_S)
         if self.bus is not None:
             await self.bus.say_offline()  # a clean disconnect sends no last will
         loops, self._loops = self._loops, []
@@ -375,13 +396,41 @@ class Daemon:
         if loops:
             await asyncio.wait(loops)
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
-        await self.hub.wait_ended(READERS_EXIT_S)  # and have been, before it closes them
+        # and have been, before it closes them (one that does not read is not waited for)
+        await self.hub.wait_ended(max(0.0, min(READERS_EXIT_S, deadline - loop.time())))
         self.commands.close()  # and agents' command polls are answered
         serving, self._serving = self._serving, None
-        if self._server is not None and serving is not None:
-            self._server.should_exit = True
-            await asyncio.wait([serving], timeout=SERVER_EXIT_S)
-            serving.cancel()
+        server = self._server
+        if server is not None and serving is not None:
+            server.should_exit = True
+            await asyncio.wait([serving], timeout=max(SERVER_EXIT_S, deadline - loop.time()))
+            if not serving.done():
+                # What is left waits on its client (a body never finished, an answer never
+                # read): no reconfiguration, as those ended above.
+                server.force_exit = True
+                stuck = list(server.server_state.tasks)
+                for task in stuck:
+                    task.cancel()
+                serving.cancel()
+                await asyncio.wait([serving, *stuck], timeout=SERVER_EXIT_S)
+
+    async def _quiesce(self, timeout: float) -> bool:
+        """Hold every port of every switch and every metered channel until the daemon has
+        stopped (released in ``_stop``), once each reconfiguration under way has let go
+        of its own; whether that came within ``timeout`` seconds."""
+        engine = self.engine
+        every: set[Hashable] = {(name, port) for name, switch in engine.switches.items()
+                                if switch.info is not None
+                                for port in range(1, switch.info.ports + 1)}
+        # The keys the engine holds for light verification (labd/fabric/engine.py).
+        every |= {(f"meter:{path.meter}", path.channel)
+                  for name in engine.switches for path in engine.metered(name)}
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await self._quiesced.enter_async_context(engine.reservations.hold(every))
+        except TimeoutError:
+            return False
+        return True
 
 
 def _drift_data(drift: Drift) -> dict[str, list[list[int]]]:

@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from instruments.errors import InstrumentError, InvalidRequest, NoSuchPort
 from instruments.events import Drift, LinkState
@@ -23,6 +23,7 @@ from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
 from labd.errors import (
+    NotLeader,
     PortBusy,
     RequestError,
     StoreError,
@@ -71,6 +72,15 @@ class Result:
                 "disconnected": [list(p) for p in self.disconnected], "phases": self.phases}
 
 
+class Leadership(Protocol):
+    """Whether this daemon leads its lab now (labd.ha: a lease held and renewed in time),
+    and the refusal to give a request while it does not."""
+
+    def holds(self) -> bool: ...
+
+    def refusal(self) -> NotLeader: ...
+
+
 class Engine:
     def __init__(self, lab: Lab, switches: Mapping[str, OpticalSwitch],
                  meters: Mapping[str, PowerMeter], store: Store, hub: EventHub, *,
@@ -86,6 +96,11 @@ class Engine:
         self.light_resolution_s = light_resolution_s
         self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
         self.reservations = Reservations()
+        self.leadership: Leadership | None = None
+        """Set where several daemons share the lab (``--ha``): no command goes to a switch
+        unless this daemon leads, checked as the request arrives and again just before the
+        first byte is sent (a request that waited for its ports may have outlived the
+        lease)."""
         self._paths = {name: [p for p in metered_paths(lab, name) if p.meter in self.meters]
                        for name in self.switches}
 
@@ -101,6 +116,11 @@ class Engine:
         except KeyError:
             raise UnknownSwitch(f"no switch {name!r}; switches: "
                                 f"{', '.join(sorted(self.switches)) or 'none'}") from None
+
+    def check_leading(self) -> None:
+        """Raise :class:`NotLeader` unless this daemon may command the lab's switches."""
+        if self.leadership is not None and not self.leadership.holds():
+            raise self.leadership.refusal()
 
     def online(self, name: str) -> OpticalSwitch:
         switch = self.switch(name)
@@ -162,6 +182,7 @@ class Engine:
         planned against what the switch holds rather than the intended state (a restore:
         its record names the circuits put back and taken away)."""
         requested = time.monotonic_ns()
+        self.check_leading()
         switch = self.online(name)
         assert switch.info is not None
         current = dict(switch.expected) if from_device and replace is not None else None
@@ -193,6 +214,7 @@ class Engine:
             # A store that refused its last write refuses the request before the device
             # is touched (free while the store is well).
             await self.store.check_writable()
+            self.check_leading()
             started = await self._start_watches(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
@@ -288,6 +310,7 @@ class Engine:
         set by hand): nothing is sent; the record, cause ``adopt``, names the circuits the
         intended state gained and lost."""
         requested = time.monotonic_ns()
+        self.check_leading()
         switch = self.online(name)
         assert switch.info is not None
         async with self.reservations.hold({(name, p) for p in range(1, switch.info.ports + 1)}):
@@ -333,6 +356,9 @@ class Engine:
                     brk: list[Pair], whole: bool) -> str:
         """Put a switch back to its intended state after a change the store refused; says
         what became of the device."""
+        if self.leadership is not None and not self.leadership.holds():
+            # The refusal was the lease's: the switch is the new leader's to set right now.
+            return "; the switch is left to the daemon that leads now"
         try:
             if whole:
                 await switch.replace(self.intended[name])

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from labd.errors import LeaseError, StaleEpoch
+from labd.errors import LeaseError, NotLeader, StaleEpoch
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,12 @@ class Leader:
     url: str
     live: bool
     """False: the lease ran out and nobody has taken it yet."""
+
+
+def _leader(row: Any) -> Leader | None:
+    if row is None or not row[1]:
+        return None
+    return Leader(epoch=int(row[0]), holder=str(row[1]), url=str(row[2]), live=bool(row[3]))
 
 
 def fence(connection: Connection, name: str, epoch: int) -> None:
@@ -104,6 +110,8 @@ class Lease:
         self.holder = holder or holder_name()
         self.epoch: int | None = None
         """The epoch this daemon leads in; None while it stands by."""
+        self.known: Leader | None = None
+        """The leader as last read (while standing by, every ``renew_s``)."""
         self._valid_until = 0.0
         self._engine: Engine | None = None
         self._said = ""
@@ -145,14 +153,20 @@ class Lease:
         """Take the lease if nobody holds it: the new epoch, or None."""
         sent = time.monotonic()
 
-        def work(connection: Connection) -> int | None:
+        def work(connection: Connection) -> tuple[int | None, Any]:
             connection.execute(_SEED, {"name": self.name})
-            return connection.execute(_ACQUIRE, {
+            won = connection.execute(_ACQUIRE, {
                 "name": self.name, "holder": self.holder, "url": self.api_url,
                 "ttl": self.ttl_s}).scalar()
-        epoch: int | None = await self._run(work)
+            return won, None if won is not None else connection.execute(
+                _READ, {"name": self.name}).first()
+        won, row = await self._run(work)
+        epoch = None if won is None else int(won)
         if epoch is not None:
             self.epoch, self._valid_until = epoch, sent + self.ttl_s
+            self.known = Leader(epoch=epoch, holder=self.holder, url=self.api_url, live=True)
+        else:
+            self.known = _leader(row)
         return epoch
 
     async def renew(self) -> bool:
@@ -178,11 +192,19 @@ class Lease:
 
     async def leader(self) -> Leader | None:
         """The lease's row as the database has it now (None: nobody ever led)."""
-        row = await self._run(lambda c: c.execute(_READ, {"name": self.name}).first())
-        if row is None or not row[1]:
-            return None
-        return Leader(epoch=int(row[0]), holder=str(row[1]), url=str(row[2]),
-                      live=bool(row[3]))
+        self.known = _leader(await self._run(
+            lambda c: c.execute(_READ, {"name": self.name}).first()))
+        return self.known
+
+    def refusal(self) -> NotLeader:
+        """What a change asked of this daemon while it does not lead is told."""
+        known = self.known
+        if known is None or known.holder == self.holder or not known.live:
+            return NotLeader(f"this daemon does not lead lab {self.name!r} now (a standby, "
+                             "or its lease ran out) and no other daemon leads it yet; try "
+                             "again in a moment")
+        return NotLeader(f"this daemon stands by; the daemon leading lab {self.name!r} is at "
+                         f"{known.url or known.holder}: send changes there", known.url or None)
 
     async def run(self, changed: Callable[[bool], Awaitable[None]]) -> None:
         """Keep the lease (leading) or wait for it (standing by) until cancelled, every

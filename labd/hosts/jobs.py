@@ -129,6 +129,8 @@ class JobManager:
         self.lab, self.engine, self.hosts, self.hub, self.store = lab, engine, hosts, hub, store
         self.send = send
         self.jobs = {j.id: JobState(j, list(j.members), list(j.spares)) for j in lab.job}
+        # By id: every GPU event looks its host up (a pod's start-up is thousands of them).
+        self._host_entries = {h.id: h for h in lab.host}
         self._changed = asyncio.Event()
         """Set (and replaced) whenever a host reports something a recovery may wait for."""
 
@@ -297,7 +299,7 @@ class JobManager:
                               seen.to_daemon_clock(data.get("at_ns")) if seen else None,
                               event.at_ns)
         elif event.kind == "host.lost":
-            host = next((h for h in self.lab.host if h.id == data.get("host")), None)
+            host = self._host_entries.get(str(data.get("host")))
             if host is None:
                 return
             # The host was last known alive when it sent its last heartbeat.
@@ -312,7 +314,7 @@ class JobManager:
     def _fabric_nic(self, data: dict[str, Any]) -> tuple[str, int, str] | None:
         """(host, GPU, its NIC endpoint) of a GPU event, for GPUs a fabric NIC serves (no
         job of ours runs on the others)."""
-        host = next((h for h in self.lab.host if h.id == data.get("host")), None)
+        host = self._host_entries.get(str(data.get("host")))
         gpu = data.get("gpu")
         if host is None or not isinstance(gpu, int) or not 0 <= gpu < len(host.nics):
             return None

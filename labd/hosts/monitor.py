@@ -1,19 +1,29 @@
 """What the daemon knows of the GPU hosts, from their agents over MQTT: status, heartbeats,
 each GPU's health. A host is lost when its agent's last will says ``offline`` or when its
 heartbeats stop for 1.5 intervals; a GPU whose verdict turns ``failed`` is a failure report.
+
+Built for a pod's thousands of hosts on one event loop: a heartbeat costs the monitor a
+few dictionary updates (the watchdog keeps hosts in the order they were last heard, so it
+looks only at the few whose time may be up, never at the whole fleet), and each host's
+JSON for ``GET /v1/hosts`` is kept and made again only when something in it but the
+heartbeat's stamp changed. A daemon that is itself behind does not call its hosts lost:
+see :meth:`HostMonitor.run`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from labd.errors import PayloadError
 from labd.events import Event, EventHub
-from labd.mqtt.payload import loads
+from labd.mqtt.payload import check
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +35,20 @@ SETTLE_S = 0.02
 HEALTH = ("healthy", "degraded", "failed")
 #: The most GPUs a heartbeat may list (a lab file allows 64 per host).
 MAX_GPUS = 256
+#: Hosts going overdue together, at least this many and :data:`MASS_SHARE` of those online,
+#: look more like the daemon's (or the broker's) trouble than the hosts': they are held for
+#: one more interval of evidence.
+MASS_HOSTS = 8
+MASS_SHARE = 0.1
+#: A host held this long past its time (in intervals) is worth a ``hosts.unsure`` event;
+#: shorter holds (a few ms of a broker's delivery) are ordinary.
+UNSURE_AFTER = 0.1
+#: How often the watchdog looks at least (a heartbeat never makes it look sooner).
+TICK_S = 0.005
+STATUSES = ("online", "offline", "lost", "unknown")
+#: An online host whose time is up: its state, its last heartbeat's send time, and the
+#: moment its allowance ran out (daemon clock).
+Overdue = tuple["HostState", int, int]
 
 
 @dataclass
@@ -45,6 +69,13 @@ class HostState:
     """Daemon clock minus the agent's, at most: the smallest (received - sent) seen. Agents
     stamp what they observe on their own CLOCK_MONOTONIC, which another machine does not
     share; this puts those moments on the daemon's clock (late by the fastest delivery)."""
+    version: int = 0
+    """Bumped by every change ``as_dict`` shows, but the heartbeat's stamp."""
+    slow_ns: int = 0
+    """How late its heartbeats have been arriving lately (halved at each new one)."""
+    deaf_mark_ns: int = 0
+    """The watchdog's deaf clock (:attr:`HostMonitor.deaf_ns`) at its last heartbeat."""
+    _json: tuple[tuple[Any, ...], bytes, bytes] | None = field(default=None, repr=False)
 
     def to_daemon_clock(self, agent_ns: Any) -> int | None:
         if not isinstance(agent_ns, int):
@@ -61,9 +92,46 @@ class HostState:
                 "interval_s": self.interval_s, "gpus": self.gpus, "nics": self.nics,
                 "error": self.error}
 
+    def json_parts(self) -> tuple[bytes, bytes, bytes]:
+        """``as_dict`` as JSON, in three parts to be joined, from what is kept since the
+        last change: at thousands of hosts, ``GET /v1/hosts`` is then one join, not a
+        serialisation of the fleet."""
+        key = (self.version, self.status, self.interval_s, self.error, id(self.gpus),
+               id(self.nics))
+        if self._json is None or self._json[0] != key:
+            head = f'{{"id": {json.dumps(self.id)}, "status": {json.dumps(self.status)}, ' \
+                   '"last_beat_ns": '
+            tail = (f', "interval_s": {json.dumps(self.interval_s)}, "gpus": '
+                    f'{json.dumps(self.gpus)}, "nics": {json.dumps(self.nics)}, '
+                    f'"error": {json.dumps(self.error)}}}')
+            self._json = (key, head.encode(), tail.encode())
+        stamp = b"null" if self.last_beat_ns is None else str(self.last_beat_ns).encode()
+        return self._json[1], stamp, self._json[2]
+
+    def as_json(self) -> bytes:
+        """``as_dict`` as JSON."""
+        return b"".join(self.json_parts())
+
     def gpu_health(self, index: int) -> str | None:
         """The GPU's latest verdict from the heartbeats, if reported."""
         return next((g.get("health") for g in self.gpus if g.get("index") == index), None)
+
+
+def _constant(name: str) -> Any:
+    # NaN and Infinity are Python's reading of JSON, not JSON: kept, they would make the
+    # daemon's own answers (GET /v1/hosts) unreadable.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _loads(payload: bytes) -> Any:
+    """An agent message's JSON, within the bus's limits; any mistake a PayloadError."""
+    check(payload, what="it")
+    try:
+        return json.loads(payload.decode("utf-8"), parse_constant=_constant)
+    except UnicodeDecodeError:
+        raise PayloadError("it is not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"it is not JSON: {exc}") from None
 
 
 class HostListener(Protocol):
@@ -78,6 +146,28 @@ class HostMonitor:
         self.hub = hub
         self._listeners: list[HostListener] = []
         self.hosts = {h: HostState(h) for h in hosts}
+        self._order = {h: i for i, h in enumerate(self.hosts)}
+        # Online hosts with an interval, per interval, in the order their last heartbeat
+        # arrived: the first of each is the first whose time can be up.
+        self._watch: dict[float, OrderedDict[str, HostState]] = {}
+        self.deaf_ns = 0
+        """Time the watchdog could not listen (it woke this much later than it asked, in
+        all): a host's allowance grows by what of it fell after its last heartbeat."""
+        self.heard_ns = 0
+        """The latest send time (daemon clock) of anything the daemon has read from the
+        broker: the hosts' heartbeats and the bridge's own probe (:meth:`heard`). A host is
+        lost only once something sent after its time was up has been read: until then the
+        silence may be the daemon's or the broker's."""
+        self._backlogs: list[Callable[[], int]] = []
+        self.unsure: dict[str, Any] | None = None
+        """The open ``hosts.unsure`` episode (hosts held, and why), if any."""
+        self.lost_count = 0
+        """Hosts declared lost so far (by missed heartbeats or a last will)."""
+        self.probed = False
+        """Whether the bridge probes its own path through the broker (:meth:`heard`):
+        then silence is judged on that evidence even where no other host speaks."""
+        self._gone: deque[int] = deque()
+        """When hosts were declared lost by silence lately (the mass rule's memory)."""
 
     def listen(self, listener: HostListener) -> None:
         """Call ``listener.host_event`` with every host event from now on."""
@@ -88,6 +178,46 @@ class HostMonitor:
         are no failures)."""
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def backlog(self, source: Callable[[], int]) -> None:
+        """``source()`` says how many agent messages have arrived but are not yet handled
+        (the bridge's batches): no host is declared lost while any wait."""
+        self._backlogs.append(source)
+
+    def waiting(self) -> int:
+        """Agent messages arrived but not yet handled."""
+        return sum(source() for source in self._backlogs)
+
+    def heard(self, sent_ns: int) -> None:
+        """Something sent at ``sent_ns`` (daemon clock) went through the broker and has been
+        read: the bridge's probe of its own path, evidence that the daemon hears in time."""
+        self.probed = True
+        if sent_ns > self.heard_ns:
+            self.heard_ns = sent_ns
+
+    def select(self, status: str | None = None, after: str | None = None,
+               limit: int | None = None) -> Iterator[HostState]:
+        """Hosts in lab-file order, those with ``status`` only, from the one after host
+        ``after`` (KeyError if the lab has none), at most ``limit`` of them."""
+        states = list(self.hosts.values())
+        start = 0 if after is None else self._order[after] + 1
+        taken = 0
+        for state in states[start:]:
+            if limit is not None and taken >= limit:
+                return
+            if status is None or state.status == status:
+                taken += 1
+                yield state
+
+    def as_json(self, states: Iterator[HostState] | None = None) -> bytes:
+        """A JSON array of hosts (default: all), each as ``HostState.as_json``."""
+        chosen = self.hosts.values() if states is None else states
+        parts = [b"["]
+        for state in chosen:
+            parts.extend(state.json_parts())
+            parts.append(b", ")
+        parts[-1] = b"]" if len(parts) > 1 else b"[]"
+        return b"".join(parts)
 
     def _publish(self, kind: str, data: dict[str, Any]) -> None:
         event = self.hub.publish(kind, data)
@@ -117,39 +247,22 @@ class HostMonitor:
             self._set_status(state, text)
             return None
         try:
-            data = loads(payload, what="it")
+            data = _loads(payload)
         except PayloadError as exc:
             return self._bad(host, kind, str(exc))
         if not isinstance(data, dict):
             return self._bad(host, kind, "not a JSON object")
-        state._saw(data.get("sent_ns"))
         if kind == "heartbeat":
-            gpus = data.get("gpus")
-            if not isinstance(gpus, list) or len(gpus) > MAX_GPUS or not all(
-                    isinstance(g, dict) and type(g.get("index")) is int
-                    and g.get("health") in HEALTH for g in gpus):
-                return self._bad(host, kind, f"'gpus' must be a list of at most {MAX_GPUS} "
-                                             "{'index': n, 'health': ...}")
-            state.last_beat_ns = time.monotonic_ns()
-            state.last_sent_ns = state.to_daemon_clock(data.get("sent_ns"))
-            interval = data.get("interval_s")
-            # Bounded: the loss deadline is worked out from it (inf would stop the watch).
-            state.interval_s = float(interval) if isinstance(interval, int | float) and (
-                0 < interval <= 3600) else None
-            error = data.get("error")
-            state.gpus, state.error = gpus, None if error is None else str(error)[:1000]
-            nics = data.get("nics")
-            if isinstance(nics, dict):
-                state.nics = {str(k): bool(v) for k, v in nics.items()}
-            if state.status != "online":
-                self._set_status(state, "online")
-        elif kind == "events" and "job" in data:
+            return self._heartbeat(state, data)
+        state._saw(data.get("sent_ns"))
+        if kind == "events" and "job" in data:
             return self._job_event(host, data)
-        elif kind == "events" and "nic" in data:
+        if kind == "events" and "nic" in data:
             if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
                 return self._bad(host, kind,
                                  "a NIC event needs 'nic' (a name) and 'up' (true/false)")
             state.nics[data["nic"]] = data["up"]
+            state.version += 1
             if isinstance(data.get("at_ns"), int):
                 state.nic_since_ns[data["nic"]] = data["at_ns"]
             self._publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
@@ -160,12 +273,76 @@ class HostMonitor:
             # The verdict holds from now, before the next heartbeat repeats it.
             entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
             if entry is None:
+                if len(state.gpus) >= MAX_GPUS:
+                    return self._bad(host, kind, f"more than {MAX_GPUS} GPUs")
                 state.gpus.append({"index": data["gpu"], "health": data["health"]})
             else:
                 entry["health"] = data["health"]
+            state.version += 1
             self._publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
                 "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
         return None
+
+    def _heartbeat(self, state: HostState, data: dict[str, Any]) -> str | None:
+        gpus = data.get("gpus")
+        if not isinstance(gpus, list) or len(gpus) > MAX_GPUS or not all(
+                isinstance(g, dict) and type(g.get("index")) is int
+                and g.get("health") in HEALTH for g in gpus):
+            return self._bad(state.id, "heartbeat", f"'gpus' must be a list of at most "
+                                                    f"{MAX_GPUS} {{'index': n, 'health': ...}}")
+        sent = data.get("sent_ns")
+        state._saw(sent)
+        now = time.monotonic_ns()
+        state.last_beat_ns = now
+        state.last_sent_ns = state.to_daemon_clock(sent)
+        if state.last_sent_ns is not None:
+            # How late this one came (never less than nothing: the offset is a bound).
+            state.slow_ns = max(now - state.last_sent_ns, state.slow_ns // 2)
+            if state.last_sent_ns > self.heard_ns:
+                self.heard_ns = min(state.last_sent_ns, now)
+        else:
+            state.slow_ns //= 2
+        state.deaf_mark_ns = self.deaf_ns
+        interval = data.get("interval_s")
+        # Bounded: the loss deadline is worked out from it (inf would stop the watch).
+        interval_s = float(interval) if isinstance(interval, int | float) and (
+            0 < interval <= 3600) else None
+        error = data.get("error")
+        error = None if error is None else str(error)[:1000]
+        nics = data.get("nics")
+        nic_map = {str(k): bool(v) for k, v in nics.items()} if isinstance(nics, dict) \
+            else state.nics
+        # What most heartbeats say is what the last one said: kept as it is, so that the
+        # host's JSON is not made again.
+        if (gpus != state.gpus or nic_map != state.nics or error != state.error
+                or interval_s != state.interval_s):
+            state.gpus, state.nics, state.error = gpus, nic_map, error
+            if interval_s != state.interval_s:
+                self._unwatch(state)
+                state.interval_s = interval_s
+            state.version += 1
+        if state.status != "online":
+            self._set_status(state, "online")
+        else:
+            self._rewatch(state)
+        return None
+
+    def _unwatch(self, state: HostState) -> None:
+        if state.interval_s is not None:
+            group = self._watch.get(state.interval_s)
+            if group is not None:
+                group.pop(state.id, None)
+
+    def _rewatch(self, state: HostState) -> None:
+        """Watch ``state`` as the most recently heard of its interval (or not at all)."""
+        if state.status != "online" or not state.interval_s or state.last_beat_ns is None:
+            self._unwatch(state)
+            return
+        group = self._watch.get(state.interval_s)
+        if group is None:
+            group = self._watch[state.interval_s] = OrderedDict()
+        group[state.id] = state
+        group.move_to_end(state.id)
 
     def _job_event(self, host: str, data: dict[str, Any]) -> str | None:
         if data.get("error") is not None:
@@ -186,11 +363,14 @@ class HostMonitor:
         if state.status == status:
             return
         before, state.status = state.status, status
-        kind = "host.lost" if status in ("offline", "lost") and before == "online" else \
-            "host.status"
-        self._publish(kind, {"host": state.id, "status": status, "was": before,
-                                "last_beat_ns": state.last_beat_ns,
-                                "last_sent_ns": state.last_sent_ns})
+        state.version += 1
+        self._rewatch(state)
+        lost = status in ("offline", "lost") and before == "online"
+        if lost:
+            self.lost_count += 1
+        self._publish("host.lost" if lost else "host.status", {
+            "host": state.id, "status": status, "was": before,
+            "last_beat_ns": state.last_beat_ns, "last_sent_ns": state.last_sent_ns})
 
     def _bad(self, host: str, kind: str, why: str) -> str:
         detail = f"bad {kind} message from host {host}: {why}"
@@ -203,61 +383,130 @@ class HostMonitor:
         earliest such moment, so a host that dies is declared lost within 1.5 intervals of
         its death, not a polling period later.
 
-        Silence the daemon could not hear is not the host's: when this loop wakes later
-        than it asked (a loaded machine gave the process no CPU, or the loop was busy), that
-        lateness is added to every host's allowance until its next heartbeat; so is the
-        delay its recent heartbeats took to arrive (a busy broker), up to one more
-        allowance; and a host past its deadline gets one more look once the messages
-        already received are read."""
-        watches: dict[str, _Watch] = {}
+        Silence the daemon could not hear is not the host's, and a host is declared lost
+        only on evidence that the daemon hears in time:
+
+        - when this loop wakes later than it asked (a loaded machine gave the process no
+          CPU, or the loop was busy), that lateness is added to every host's allowance
+          until its next heartbeat; so is the delay its recent heartbeats took to arrive
+          (a busy broker), up to one more allowance;
+        - no host is declared while agent messages that have arrived wait to be handled;
+        - a host is declared only once something sent after its time was up has been read
+          (another host's heartbeat, or the bridge's probe of its own path through the
+          broker): a broker that delivers late, or not at all, delays every verdict;
+        - many hosts going overdue together (:data:`MASS_HOSTS`, :data:`MASS_SHARE`) wait
+          for one more interval of such evidence.
+
+        While hosts are held past their time for any of these, a ``hosts.unsure`` event
+        says how many and why (``"waiting": true``), and another when the daemon is sure
+        again (``"waiting": false``, with how many of them were then declared lost).
+        Where nothing else is heard (a lab of one host, no probe), a host past its deadline
+        gets one more look once the messages already received are read."""
         planned = time.monotonic_ns()
         while True:
             now = time.monotonic_ns()
-            late = max(0, now - planned - LATE_NS)
-            due: list[int] = []
-            overdue: list[tuple[HostState, int]] = []
-            for state in self.hosts.values():
-                last = state.last_sent_ns or state.last_beat_ns
-                if state.status != "online" or last is None or not state.interval_s:
-                    watches.pop(state.id, None)
-                    continue
-                watch = watches.get(state.id)
-                if watch is None or watch.last != last:
-                    lag = max(0, (state.last_beat_ns or last) - last)
-                    watch = watches[state.id] = _Watch(
-                        last, slow_ns=max(lag, watch.slow_ns // 2 if watch else 0))
-                watch.deaf_ns += late
-                allowance = int(MISSED * state.interval_s * 1e9)
-                deadline = last + allowance + watch.deaf_ns + min(watch.slow_ns, allowance)
-                if now >= deadline:
-                    overdue.append((state, last))
-                else:
-                    due.append(deadline)
-            if overdue:
-                # What the bridge has received but not yet handed over is read first.
-                await asyncio.sleep(SETTLE_S)
-                for state, last in overdue:
-                    if (state.last_sent_ns or state.last_beat_ns) == last \
-                            and state.status == "online":
-                        self._set_status(state, "lost")
-                now = time.monotonic_ns()
-            # Look again at the earliest deadline (a heartbeat meanwhile only moves it on).
-            wait_ns = min(due, default=now + 1_000_000_000) - now
-            wait_s = min(max(wait_ns / 1e9, 0.001), 1.0)
+            self.deaf_ns += max(0, now - planned - LATE_NS)
+            wake_ns = await self._look(now)
+            now = time.monotonic_ns()
+            wait_s = min(max((wake_ns - now) / 1e9, TICK_S), 1.0)
             planned = now + int(wait_s * 1e9)
             await asyncio.sleep(wait_s)
 
+    def _due(self, now: int) -> tuple[list[Overdue], list[Overdue], int]:
+        """Online hosts whose time is up: those past their deadline, those past their time
+        but within what the daemon's deafness and the broker's delays add; and when to look
+        next."""
+        due: list[Overdue] = []
+        held: list[Overdue] = []
+        wake = now + 1_000_000_000
+        for interval, group in list(self._watch.items()):
+            allowance = int(MISSED * interval * 1e9)
+            # In the order they were heard: a host heard later cannot be due earlier, as
+            # its allowance counts from its send time plus at least its delivery.
+            for state in group.values():
+                heard = state.last_beat_ns or 0
+                if heard + allowance > now:
+                    wake = min(wake, heard + allowance)
+                    break
+                last = state.last_sent_ns or heard
+                extra = (self.deaf_ns - state.deaf_mark_ns) + min(state.slow_ns, allowance)
+                if now >= last + allowance + extra:
+                    due.append((state, last, last + allowance))
+                else:
+                    wake = min(wake, last + allowance + extra)
+                    held.append((state, last, last + allowance))
+            if not group:
+                del self._watch[interval]
+        return due, held, wake
 
-@dataclass
-class _Watch:
-    """The watchdog's view of one host since its last heartbeat."""
+    async def _look(self, now: int) -> int:
+        due, held, wake = self._due(now)
+        reasons: list[str] = []
+        if held:
+            reasons.append("the daemon could not listen for a while (its loop was busy, or "
+                           "its process got no CPU), or its hosts' heartbeats have been "
+                           "arriving late")
+        soon = now + int(TICK_S * 1e9)
+        if due and (waiting := self.waiting()):
+            reasons.append(f"{waiting} agent messages that have arrived are still to be read")
+            held += due
+            due = []
+            wake = min(wake, soon)
+        elif due:
+            online = sum(len(g) for g in self._watch.values())
+            while self._gone and self._gone[0] < now - 1_000_000_000 * MISSED:
+                self._gone.popleft()
+            silent = len(due) + len(self._gone)
+            mass = silent >= MASS_HOSTS and silent >= MASS_SHARE * (online + len(self._gone))
+            if online <= len(due) and not self.probed:
+                # Nothing else to hear from: the messages already in are read first.
+                await asyncio.sleep(SETTLE_S)
+            else:
+                sure: list[Overdue] = []
+                for entry in due:
+                    state, _, base = entry
+                    need = base + (int((state.interval_s or 1.0) * 1e9) if mass else 0)
+                    (sure if self.heard_ns >= need else held).append(entry)
+                if len(sure) < len(due):
+                    wake = min(wake, soon)
+                    reasons.append(
+                        (f"{silent} hosts went silent together; " if mass else "")
+                        + "nothing sent since their time was up has been read yet (the "
+                          "broker may be delivering late, or not at all)")
+                due = sure
+            for state, last, _ in due:
+                if (state.last_sent_ns or state.last_beat_ns) == last \
+                        and state.status == "online":
+                    self._set_status(state, "lost")
+                    self._gone.append(time.monotonic_ns())
+                    if self.unsure is not None:
+                        self.unsure["lost"] += 1
+        self._announce(time.monotonic_ns(), held, reasons)
+        return wake
 
-    last: int
-    """When that heartbeat was sent (daemon clock)."""
-    deaf_ns: int = 0
-    """How much later than planned the watchdog woke since: time it could not listen."""
-    slow_ns: int = 0
-    """How late heartbeats have been arriving lately (halved at each new one)."""
+    def _announce(self, now: int, held: list[tuple[HostState, int, int]],
+                  reasons: list[str]) -> None:
+        """``hosts.unsure`` as an episode of holding hosts past their time begins and ends."""
+        long = [(s, base) for s, _, base in held if s.status == "online"
+                and now - base > UNSURE_AFTER * (s.interval_s or 1.0) * 1e9]
+        if long and self.unsure is None:
+            self.unsure = {"hosts": len(long), "lost": 0, "since_ns": min(b for _, b in long)}
+            self._publish_unsure(True, len(long), reasons, [s.id for s, _ in long[:10]])
+        elif not held and self.unsure is not None:
+            episode, self.unsure = self.unsure, None
+            self._publish_unsure(False, 0, [], [], lost=episode["lost"],
+                                 held_ms=(now - episode["since_ns"]) / 1e6)
+        elif long and self.unsure is not None:
+            self.unsure["hosts"] = max(self.unsure["hosts"], len(long))
+
+    def _publish_unsure(self, waiting: bool, hosts: int, reasons: list[str],
+                        sample: list[str], **more: Any) -> None:
+        detail = (f"{hosts} hosts look silent, but the daemon cannot tell yet: "
+                  f"{'; '.join(reasons)}; waiting for evidence before declaring any lost"
+                  if waiting else "the daemon hears its hosts in time again")
+        self.hub.publish("hosts.unsure", {"waiting": waiting, "hosts": hosts,
+                                          "sample": sample, "detail": detail,
+                                          "source": "hosts", **more})
 
 
 class CommandQueues:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import csv
 import math
+import re
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,7 @@ from labd.errors import BackdoorError, CampaignError, LabdError
 from labd.lab.file import file_sha256, load_lab
 from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig
 from labd.measure.runs import Run, RunStore
+from labd.measure.stats import DASH, NOISE_MS, RESAMPLES, SEED, compare_values, enough
 from labd.vocabulary import PHASES, SPANS, percentile, span_ms
 
 
@@ -112,16 +114,37 @@ def row_values(row: dict[str, Any]) -> dict[str, float]:
     return values
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, float]]:
-    """(switch, batch size, figure) → n, p50, p90, p99, max over the rows that succeeded."""
-    groups: dict[tuple[str, int, str], list[float]] = {}
+#: The figures of a reconfiguration, in the order reports give them.
+FIGURES = ("device", "switching", "light", "software", "total", "truth", "switching - truth")
+
+
+def _ordered(figure: str) -> int:
+    return FIGURES.index(figure) if figure in FIGURES else len(FIGURES)
+
+
+def figure_values(rows: list[dict[str, Any]], *, full: bool = True
+                  ) -> dict[tuple[str, int | None, str], list[float]]:
+    """(switch, batch size, figure) → the values of the rows that succeeded, in ms; the
+    batch size None where ``full`` is false (every batch size together)."""
+    groups: dict[tuple[str, int | None, str], list[float]] = {}
     for row in rows:
         if row.get("outcome") != "ok":
             continue
         for name, value in row_values(row).items():
-            groups.setdefault((row["switch"], int(row["k"]), name), []).append(value)
-    return {key: {"n": len(v), "p50": percentile(v, 50), "p90": percentile(v, 90),
-                  "p99": percentile(v, 99), "max": max(v)} for key, v in sorted(groups.items())}
+            key = (row["switch"], int(row["k"]) if full else None, name)
+            groups.setdefault(key, []).append(value)
+    return {key: groups[key] for key in sorted(
+        groups, key=lambda g: (g[0], g[1] or 0, _ordered(g[2]), g[2]))}
+
+
+def stats_of(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
+            "p99": percentile(values, 99), "max": max(values)}
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, float]]:
+    """(switch, batch size, figure) → n, p50, p90, p99, max over the rows that succeeded."""
+    return {(s, k or 0, f): stats_of(v) for (s, k, f), v in figure_values(rows).items()}
 
 
 async def attach_truth(backdoor: Backdoor, row: dict[str, Any], seen: dict[str, int]) -> None:
@@ -144,6 +167,41 @@ async def attach_truth(backdoor: Backdoor, row: dict[str, Any], seen: dict[str, 
 async def switches_of(client: DaemonClient) -> list[str]:
     instruments = await client.get("/v1/instruments")
     return [i["id"] for i in instruments if i.get("kind", "switch") == "switch"]
+
+
+async def switch_models(client: DaemonClient, switches: list[str]) -> dict[str, str]:
+    """Each switch's make and model as it identified itself (its driver where it has not),
+    kept with a run so that its reports and plots say what was measured."""
+    models = {}
+    for entry in await client.get("/v1/instruments"):
+        if entry["id"] in switches:
+            identity = entry.get("identity") or {}
+            made = " ".join(p for p in (identity.get("vendor"), identity.get("model")) if p)
+            models[entry["id"]] = made or entry.get("driver") or "switch"
+    return models
+
+
+def emulated(run: Run) -> bool:
+    """Whether the run was measured on emulators (runs kept before this was recorded: a
+    lab file's run always was)."""
+    said = run.params.get("emulated")
+    return bool(said) if said is not None else run.target.endswith("(emulated)")
+
+
+def conditions(run: Run) -> str:
+    """What a run was measured on, for titles: the lab and whether it was emulated."""
+    return f"lab {run.lab_name}, {'emulated' if emulated(run) else 'real'}"
+
+
+def switch_label(run: Run, switch: str, sep: str = ", ") -> str:
+    """A switch as titles name it: its id, make and model, and the timing model it was set
+    to (emulated); ``sep`` between the model and the timing."""
+    model = (run.params.get("switch_models") or {}).get(switch)
+    timing = run.params.get("timing") or {}
+    label = f"{switch}: {model}" if model else switch
+    if switch in timing.get("switches", []):
+        label += f"{sep}{timing['switch_time_ms']:g} ± {timing['jitter_ms']:g} ms model"
+    return label
 
 
 def progress_bar(console: Console) -> Progress:
@@ -208,16 +266,130 @@ async def plan_campaign(target: Target, switches: list[str] | None, pattern: str
 
 
 # -- reports -------------------------------------------------------------------------------
-def summary_table(run: Run, rows: list[dict[str, Any]]) -> Table:
-    failed = sum(1 for r in rows if r.get("outcome") != "ok")
-    table = Table(title=f"run {run.name}: {len(rows)} reconfigurations ({failed} failed) on "
-                        f"{run.lab_name}; ms")
+def reason(row: dict[str, Any]) -> str:
+    """A failed row's reason, short enough to count rows by: its outcome, or for a change
+    the device or its link refused, the error without the switch's name, the command
+    quoted, what was done afterwards or the ports and channels it named (a report's
+    grouping only: nothing decides by it)."""
+    outcome = str(row.get("outcome") or "no outcome")
+    if outcome != "failed":
+        return outcome.replace("-", " ")
+    text = str(row.get("error") or "failed")
+    text = text.removeprefix(f"{row['switch']}: ").split("; ")[0]
+    text = re.sub(r" \(to '[^']*'\)| \(to \"[^\"]*\"\)", "", text)
+    text = re.sub(r"\b(ports?|channels?|pairs?)[\s\d,()@:-]+", r"\1 ", text).strip()
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def failures(rows: list[dict[str, Any]]) -> str:
+    """``105 reconfigurations (7 failed: 5 port failed, 2 light missing)``."""
+    reasons = Counter(reason(r) for r in rows if r.get("outcome") != "ok")
+    said = f"{len(rows)} reconfiguration{'s' if len(rows) != 1 else ''}"
+    if not reasons:
+        return f"{said} (none failed)"
+    counted = ", ".join(f"{n} {why}" for why, n in reasons.most_common())
+    return f"{said} ({reasons.total()} failed: {counted})"
+
+
+def _percentile_cell(values: dict[str, float], q: int) -> str:
+    """A percentile, marked where it rests on fewer values than it needs (near the max)."""
+    return f"{values[f'p{q}']:.3f}{'' if enough(int(values['n']), q) else ' *'}"
+
+
+def summary_table(run: Run, rows: list[dict[str, Any]], *, full: bool = False) -> Table:
+    """The run's figures: per switch and figure over every batch size (``full``: per batch
+    size too), with the failures counted by reason."""
+    groups = figure_values(rows, full=full)
+    same = _switching_is_device(rows)
+    table = Table(title=f"run {run.name}: {failures(rows)}; {conditions(run)}; ms",
+                  caption="* from fewer values than the percentile needs (10 for a p90, "
+                          "100 for a p99): near the max, not the percentile"
+                  if any(not enough(len(v), 99) for v in groups.values()) else None)
     for column in ("switch", "k", "figure", "n", "p50", "p90", "p99", "max"):
         table.add_column(column, justify="left" if column in ("switch", "figure") else "right")
-    for (switch, k, name), s in summarise(rows).items():
-        table.add_row(switch, str(k), name, str(s["n"]), *(f"{s[q]:.3f}" for q in
-                                                           ("p50", "p90", "p99", "max")))
+    ks: dict[str, set[int]] = {}
+    for row in rows:
+        if row.get("outcome") == "ok":
+            ks.setdefault(row["switch"], set()).add(int(row["k"]))
+    for (switch, k, name), values in groups.items():
+        if not full and name == "switching" and switch in same:
+            continue  # one command moves the light: the same as the device time
+        sizes = sorted(ks.get(switch, {0}))
+        batch = str(k) if k is not None else (
+            str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}{DASH}{sizes[-1]}")
+        s = stats_of(values)
+        table.add_row(switch, batch, name, str(s["n"]), f"{s['p50']:.3f}",
+                      _percentile_cell(s, 90), _percentile_cell(s, 99), f"{s['max']:.3f}")
     return table
+
+
+def _switching_is_device(rows: list[dict[str, Any]]) -> set[str]:
+    """The switches whose every change was one command (switching and device the same)."""
+    differ = {r["switch"] for r in rows
+              if (r.get("phases") or {}).get("activated") != (r.get("phases") or {}).get(
+                  "dispatched")}
+    return {r["switch"] for r in rows} - differ
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """One switch held to its timing model: labd's switching time against the emulator's
+    truth (percentiles in ms; None where there was nothing to compare)."""
+
+    switch: str
+    n: int
+    switching: tuple[float, float] | None
+    truth: tuple[float, float] | None
+    excess: tuple[float, float] | None
+    apart: float | None
+
+    @property
+    def passed(self) -> bool:
+        return (self.apart is not None and self.excess is not None
+                and self.apart <= TRUTH_LIMIT_MS and self.excess[1] <= TRUTH_LIMIT_MS)
+
+    def problem(self) -> str | None:
+        """Why the check failed, in words; None where it passed."""
+        if self.apart is None or self.excess is None:
+            return f"{self.switch}: no change with the emulator's truth beside it to check"
+        said = []
+        if self.apart > TRUTH_LIMIT_MS:
+            said.append(f"p99 apart {self.apart:.3f} ms")
+        if self.excess[1] > TRUTH_LIMIT_MS:
+            said.append(f"excess p99 {self.excess[1]:.3f} ms")
+        if not said:
+            return None
+        return f"{self.switch}: {' and '.join(said)} (limit {TRUTH_LIMIT_MS:g} ms)"
+
+
+#: How far labd's figures may be from the truth (ms at p99): the model check's target.
+TRUTH_LIMIT_MS = 1.0
+
+
+def check_model(rows: list[dict[str, Any]], timing: dict[str, Any]) -> list[ModelCheck]:
+    """Per switch set to the model (``timing["switches"]``): labd's switching time and the
+    truth at p50 and p99, how far apart their p99s are, and labd's excess over the truth
+    change by change at p50 and p99."""
+    by_switch: dict[str, list[dict[str, float]]] = {s: [] for s in timing.get("switches", [])}
+    for row in rows:
+        if row.get("outcome") == "ok" and row["switch"] in by_switch:
+            by_switch[row["switch"]].append(row_values(row))
+    checks = []
+    for switch, values in sorted(by_switch.items()):
+        switching = [v["switching"] for v in values if "switching" in v]
+        truth = [v["truth"] for v in values if "truth" in v]
+        excess = [v["switching - truth"] for v in values if "switching - truth" in v]
+        if not switching or not excess:
+            checks.append(ModelCheck(switch, len(switching), None, None, None, None))
+            continue
+
+        def pair(v: list[float]) -> tuple[float, float]:
+            return percentile(v, 50), percentile(v, 99)
+
+        checks.append(ModelCheck(switch, len(switching), pair(switching), pair(truth),
+                                 pair(excess),
+                                 abs(percentile(switching, 99) - percentile(truth, 99))))
+    return checks
 
 
 def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
@@ -234,55 +406,69 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
     for column in ("switch", "n", "switching p50", "switching p99", "truth p50", "truth p99",
                    "p99 apart", "excess p50", "excess p99", "≤ 1 ms: p99, excess"):
         table.add_column(column, justify="left" if column == "switch" else "right")
-    by_switch: dict[str, list[dict[str, float]]] = {}
-    for row in rows:
-        if row.get("outcome") == "ok" and row["switch"] in timing.get("switches", []):
-            by_switch.setdefault(row["switch"], []).append(row_values(row))
-    for switch, values in sorted(by_switch.items()):
-        switching = [v["switching"] for v in values if "switching" in v]
-        truth = [v["truth"] for v in values if "truth" in v]
-        excess = [v["switching - truth"] for v in values if "switching - truth" in v]
-        if not switching or not excess:
+    for check in check_model(rows, timing):
+        if check.switching is None or check.truth is None or check.excess is None \
+                or check.apart is None:
+            table.add_row(check.switch, str(check.n), *[DASH] * 7, "no truth to check")
             continue
-        apart = abs(percentile(switching, 99) - percentile(truth, 99))
-        verdicts = ", ".join("yes" if v <= 1.0 else "NO" for v in (apart, percentile(excess, 99)))
-        table.add_row(switch, str(len(switching)), *(f"{percentile(v, q):.3f}" for v, q in (
-            (switching, 50), (switching, 99), (truth, 50), (truth, 99))), f"{apart:.3f}",
-            f"{percentile(excess, 50):.3f}", f"{percentile(excess, 99):.3f}", verdicts)
+        verdicts = ", ".join("yes" if v <= TRUTH_LIMIT_MS else "NO"
+                             for v in (check.apart, check.excess[1]))
+        table.add_row(check.switch, str(check.n), *(f"{v:.3f}" for v in (
+            *check.switching, *check.truth, check.apart, *check.excess)), verdicts)
     return table
 
 
-def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run,
-                  rows_b: list[dict[str, Any]]) -> Table:
-    """Two runs side by side: each figure's p50 and p99 in both, and the change."""
-    table = Table(title=f"{a.name} → {b.name} (ms; change = second - first)")
-    for column in ("switch", "k", "figure", "p50 " + a.name, "p50 " + b.name, "Δ p50",
-                   "p99 " + a.name, "p99 " + b.name, "Δ p99"):
-        table.add_column(column, justify="left" if column in ("switch", "figure") else "right")
-    summary = failover_summary if a.kind == "failover" else summarise
-    first, second = summary(rows_a), summary(rows_b)
-    for key in sorted(set(first) | set(second)):
-        x, y = first.get(key), second.get(key)
-        cells = []
-        for q in ("p50", "p99"):
-            before = x[q] if x else math.nan
-            after = y[q] if y else math.nan
-            change = after - before
-            pct = f" ({change / before * 100:+.0f}%)" if before and not math.isnan(change) else ""
-            cells += [f"{before:.3f}", f"{after:.3f}", f"{change:+.3f}{pct}"]
-        table.add_row(key[0], str(key[1]), key[2], *cells)
+def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run, rows_b: list[dict[str, Any]],
+                  *, full: bool = False, noise_ms: float = NOISE_MS) -> Table:
+    """Two runs side by side: each figure's p50 and p99 in both, and a verdict on the
+    difference from bootstrap intervals (labd.measure.stats) — per switch and figure, or
+    with ``full`` per batch size too."""
+    failover = a.kind == "failover"
+    if failover:
+        first, second = failover_values(rows_a), failover_values(rows_b)
+    else:
+        first, second = figure_values(rows_a, full=full), figure_values(rows_b, full=full)
+    table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms",
+                  caption=f"95 % bootstrap intervals of {b.name} - {a.name} ({RESAMPLES:,} "
+                          f"resamples, seed {SEED}); a difference under {noise_ms:g} ms is "
+                          "noise whatever its interval")
+    by_k = full and not failover
+    columns = ["drill" if failover else "switch", *(["k"] if by_k else []),
+               "stage" if failover else "figure", "n", a.name, b.name, "verdict"]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("k", "n", a.name, b.name)
+                         else "left")
+    # One command moves the light in both: the switching time is the device time again.
+    same = set() if failover else _switching_is_device(rows_a) & _switching_is_device(rows_b)
+    for key in sorted(set(first) | set(second), key=lambda g: (
+            g[0], g[1] or 0, _ordered(g[2]), g[2])):
+        if key[2] == "switching" and key[0] in same and not full:
+            continue
+        x, y = first.get(key, []), second.get(key, [])
+        for q in (50, 99):
+            said = compare_values(x, y, q, names=(a.name, b.name), noise_ms=noise_ms)
+            table.add_row(key[0], *([str(key[1])] if by_k else []), f"{key[2]} p{q}",
+                          f"{len(x)} / {len(y)}",
+                          *(DASH if v is None else f"{v:.3f}" for v in (said.a, said.b)),
+                          said.verdict)
     return table
+
+
+def failover_values(rows: list[dict[str, Any]]
+                    ) -> dict[tuple[str, int | None, str], list[float]]:
+    """(drill kind, None, stage) → ms after the failure, stages in order."""
+    groups: dict[tuple[str, int | None, str], list[float]] = {}
+    for row in rows:
+        for stage, value in row["ms"].items():
+            groups.setdefault((row["kind"], None, stage), []).append(value)
+    return groups
 
 
 def failover_summary(rows: list[dict[str, Any]]
                      ) -> dict[tuple[str, int, str], dict[str, float]]:
     """(drill kind, 0, stage) → n, p50, p90, p99, max in ms after the failure."""
-    groups: dict[tuple[str, int, str], list[float]] = {}
-    for row in rows:
-        for stage, value in row["ms"].items():
-            groups.setdefault((row["kind"], 0, stage), []).append(value)
-    return {key: {"n": len(v), "p50": percentile(v, 50), "p90": percentile(v, 90),
-                  "p99": percentile(v, 99), "max": max(v)} for key, v in sorted(groups.items())}
+    return {(kind, 0, stage): stats_of(v)
+            for (kind, _, stage), v in sorted(failover_values(rows).items())}
 
 
 def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
@@ -290,7 +476,8 @@ def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
     """Two schedule replays side by side, mode by mode."""
     from labd.measure.schedule import schedule_summary
 
-    table = Table(title=f"{a.name} → {b.name} (ms; change = second - first)")
+    table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms, "
+                        "change = second - first")
     figures = (("hidden", "hidden share"), ("overrun_p50", "overrun p50"),
                ("overrun_p99", "overrun p99"), ("added_per_iteration", "added per iteration"))
     for column in ("mode", "figure", a.name, b.name, "change"):
@@ -299,9 +486,12 @@ def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
     second = {s["mode"]: s for s in schedule_summary(rows_b)}
     for mode in sorted(set(first) | set(second)):
         for key, label in figures:
-            x = first.get(mode, {}).get(key, math.nan)
-            y = second.get(mode, {}).get(key, math.nan)
-            table.add_row(mode, label, f"{x:.3f}", f"{y:.3f}", f"{y - x:+.3f}")
+            x, y = first.get(mode, {}).get(key), second.get(mode, {}).get(key)
+            cells = [DASH if v is None or math.isnan(v) else f"{v:.3f}" for v in (x, y)]
+            change = (f"{y - x:+.3f}" if x is not None and y is not None
+                      and not math.isnan(y - x) else f"only in {a.name if y is None else b.name}"
+                      if (x is None) != (y is None) else DASH)
+            table.add_row(mode, label, *cells, change)
     return table
 
 

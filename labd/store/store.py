@@ -6,6 +6,11 @@ on the disk: ``await store.write(...)`` resolves when the record is committed (d
 Readers run on their own pooled connections in worker threads. SQLite runs in WAL mode with
 a busy timeout, so readers and the writer never see "database is locked".
 
+Reconfiguration records, the hot path, go in on the driver's own connection: on SQLite one
+``executemany`` a batch; on PostgreSQL (:mod:`labd.store.postgresql`) a binary ``COPY`` for
+a large batch and one pipelined round trip for a few, such as the durable record a
+recovery awaits. Either way a batch's records take ids in the order they were queued.
+
 The store checks itself before anything uses it: SQLite's ``PRAGMA quick_check`` (PostgreSQL:
 the server answers and the migration table reads back), so a damaged file refuses the start
 with a message naming it, rather than answering reads with errors and acknowledging changes
@@ -37,7 +42,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labd.errors import StoreError, StoreUnavailable
 from labd.files import create_private
+from labd.store import postgresql
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
+from labd.store.postgresql import IntendedChange, ReconfigurationRow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -108,6 +115,25 @@ def _create_private(path: Path) -> None:
                          f"{exc.strerror or exc}") from None
 
 
+#: The PostgreSQL connection's settings unless the store's URL gives its own (a query
+#: parameter of the same name): a server that does not answer refuses the start in seconds
+#: rather than hanging it, and the daemon's sessions are named in ``pg_stat_activity``.
+#: ``synchronous_commit`` stays the server's (on by default): an acknowledged change is one
+#: the server has flushed to its WAL, which is what a record is for
+#: (``?options=-csynchronous_commit%3Doff`` trades that for less latency: docs/benchmarks.md).
+POSTGRESQL_DEFAULTS: dict[str, Any] = {"connect_timeout": 10, "application_name": "labd"}
+
+
+def _connect_defaults(url: str) -> dict[str, Any]:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return {}  # create_engine says what is wrong with it
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "psycopg":
+        return {}
+    return {k: v for k, v in POSTGRESQL_DEFAULTS.items() if k not in parsed.query}
+
+
 def _reason(exc: SQLAlchemyError) -> str:
     return f"{exc.__class__.__name__}: {exc.args[0] if exc.args else exc}"
 
@@ -158,7 +184,8 @@ class Store:
         if self.path is not None:
             _create_private(self.path)
         try:
-            engine = create_engine(self.url, pool_pre_ping=True)
+            engine = create_engine(self.url, pool_pre_ping=True,
+                                   connect_args=_connect_defaults(self.url))
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot use store {self.where!r}: {exc}") from None
         if engine.dialect.name == "sqlite":
@@ -281,29 +308,14 @@ class Store:
             results: list[Any] = []
             error: BaseException | None = None
             try:
-                # Reconfiguration records go in through Core on the connection (the hot
-                # path); only other work pays for an ORM session, inside the same transaction.
                 if connection is None:
                     connection = self.engine.connect()
-                with connection.begin():
-                    records = [item for item, _, _ in work
-                               if isinstance(item, ReconfigurationRecord)]
-                    ids = iter(_insert_records(connection, records))
-                    session: Session | None = None
-                    for item, _, _ in work:
-                        if isinstance(item, ReconfigurationRecord):
-                            results.append(next(ids))
-                            continue
-                        if session is None:
-                            session = Session(bind=connection, expire_on_commit=False)
-                        if callable(item):
-                            results.append(item(session))
-                        elif item is not None:
-                            session.add_all(item)
-                            results.append(None)
-                    if session is not None:
-                        session.flush()
-                        session.close()
+                records = [item for item, _, _ in work
+                           if isinstance(item, ReconfigurationRecord)]
+                if len(records) == len(work) and _commits_alone(connection, records):
+                    results = _commit_alone(connection, records)
+                else:
+                    results = _transaction(connection, [item for item, _, _ in work], records)
                 self.committed += len(work)
                 self.failing = None
             except Exception as exc:  # reported to every waiter of the batch
@@ -323,7 +335,9 @@ class Store:
                     outcome = error if error is not None else results[index]
                     settled.setdefault(loop, []).append((future, outcome))
             for loop, items in settled.items():
-                loop.call_soon_threadsafe(_settle, items, error is not None, self.where)
+                # The store's name only for a refusal's message: it is a URL parsed anew.
+                loop.call_soon_threadsafe(_settle, items, error is not None,
+                                          self.where if error is not None else "")
         if connection is not None:
             connection.close()
 
@@ -354,6 +368,45 @@ class Store:
             return out
 
         return await self.read(work)
+
+
+def _transaction(connection: Connection, items: list[Any],
+                 records: list[ReconfigurationRecord]) -> list[Any]:
+    """One batch as one transaction: its reconfiguration records (on the driver's own
+    connection: the hot path) and any other work, which alone pays for an ORM session;
+    returns each item's result, in order."""
+    results: list[Any] = []
+    with connection.begin():
+        ids = iter(insert_records(connection, records))
+        session: Session | None = None
+        for item in items:
+            if isinstance(item, ReconfigurationRecord):
+                results.append(next(ids))
+                continue
+            if session is None:
+                session = Session(bind=connection, expire_on_commit=False)
+            if callable(item):
+                results.append(item(session))
+            elif item is not None:
+                session.add_all(item)
+                results.append(None)
+        if session is not None:
+            session.flush()
+            session.close()
+    return results
+
+
+def _commits_alone(connection: Connection, records: list[ReconfigurationRecord]) -> bool:
+    """Whether a batch of records alone commits itself on the driver's connection."""
+    return bool(records) and connection.dialect.driver == "psycopg"
+
+
+def _commit_alone(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
+    """Records, and nothing else, on PostgreSQL: in fewer round trips than a transaction of
+    SQLAlchemy's (:func:`labd.store.postgresql.commit_records`)."""
+    return postgresql.commit_records(
+        connection.connection.driver_connection,  # type: ignore[arg-type]
+        connection.info, *_postgresql_args(records))
 
 
 _SQLITE_RECONFIGURATION = (
@@ -430,13 +483,58 @@ def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord])
     return ids
 
 
-def _insert_records(session: Connection, records: list[ReconfigurationRecord]) -> list[int]:
-    """Bulk-insert reconfigurations and their pair changes; apply intended states in
-    order. Core inserts (not the ORM's unit of work): this is the store's hot path."""
+def insert_records(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
+    """Insert reconfigurations and their pair changes and apply their intended states, in
+    order, inside the transaction open on ``connection`` (the writer's batch); returns the
+    records' ids, in the order given, each larger than any before it."""
     if not records:
         return []
-    if session.dialect.name == "sqlite":
-        return _insert_sqlite(session, records)
+    if connection.dialect.name == "sqlite":
+        return _insert_sqlite(connection, records)
+    if connection.dialect.driver == "psycopg":
+        return postgresql.insert_reconfigurations(
+            connection.connection.driver_connection,  # type: ignore[arg-type]
+            connection.info, *_postgresql_args(records))
+    return _insert_core(connection, records)
+
+
+def _postgresql_args(records: Sequence[ReconfigurationRecord]) -> tuple[
+        list[ReconfigurationRow], list[list[tuple[str, int, int]]], list[IntendedChange]]:
+    """The records as :mod:`labd.store.postgresql` takes them: their rows, their pair
+    changes, and what they leave the intended state as."""
+    # A naive wall time is taken as UTC, as everywhere in labd: the binary COPY of a
+    # timestamptz refuses one, and a statement would read it in the session's time zone.
+    rows: list[ReconfigurationRow] = [
+        (r.switch, r.cause, r.outcome, r.error, len(r.connected) + len(r.disconnected),
+         r.requested_ns, r.dispatched_ns, r.activated_ns, r.acked_ns, r.light_ns, r.done_ns,
+         wall if wall.tzinfo is not None else wall.replace(tzinfo=UTC))
+        for r, wall in zip(records, _walls(records), strict=True)]
+    changes = [[("connect", a, b) for a, b in r.connected]
+               + [("disconnect", a, b) for a, b in r.disconnected] for r in records]
+    return rows, changes, intended_changes(records)
+
+
+def intended_changes(records: Sequence[ReconfigurationRecord]) -> list[IntendedChange]:
+    """What a batch's records leave each switch's intended circuits as: the same end as
+    applying them one after another (a replacement drops the switch's circuits, then sets
+    its own; an update drops the ports it disconnected or connected, then sets the
+    connected ones), so that a batch costs a statement or two a switch, not a record."""
+    out: dict[str, IntendedChange] = {}
+    for r in records:
+        if r.intended is not None:
+            out[r.switch] = IntendedChange(r.switch, replace=True, ports=dict(r.intended))
+        elif r.update_intended:
+            ports = out.setdefault(r.switch, IntendedChange(r.switch)).ports
+            for a, _ in r.disconnected:
+                ports[a] = None
+            for a, b in r.connected:  # (after: a port both broken and made is made)
+                ports[a] = b
+    return list(out.values())
+
+
+def _insert_core(session: Connection, records: list[ReconfigurationRecord]) -> list[int]:
+    """:func:`insert_records` through SQLAlchemy Core, for a driver other than psycopg on a
+    server other than SQLite."""
     rows = [{"switch": r.switch, "cause": r.cause, "outcome": r.outcome, "error": r.error,
              "batch_size": len(r.connected) + len(r.disconnected),
              "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,

@@ -637,7 +637,7 @@ async def test_labd_run_takes_keys_from_files_and_warns_of_plain_http_beyond_loo
     (("--access", "{dir}/nowhere.toml"), "access file {dir}/nowhere.toml"),
     (("--access", "{dir}/bad.toml"), "role must be one of viewer, operator, admin"),
     (("--token-file", "{dir}/nowhere"), "token file {dir}/nowhere"),
-    (("--tls-cert", "{dir}/bad.toml"), "both a certificate and its key"),
+    (("--tls-cert", "{dir}/bad.toml"), "tls_cert and tls_key go together"),
     (("--tls-cert", "{dir}/bad.toml", "--tls-key", "{dir}/bad.toml"),
      "cannot serve HTTPS with certificate"),
 ])

@@ -207,3 +207,46 @@ async def test_a_failure_in_the_bridge_restarts_it_and_the_bus_carries_on(
         daemon.hub.publish("note", {"detail": "after the restart"})
         note = await next_message(watcher.messages, f"{daemon.bus.prefix}/events/note")
         assert json.loads(note.payload)["data"] == {"detail": "after the restart"}
+
+
+async def test_agent_messages_never_wait_behind_a_command(start_rig: StartRig) -> None:
+    """A command on a slow switch (1.5 s to switch) is carried out as a task of its own:
+    the host's heartbeats go on being read while the switch works; and a command beyond
+    the bridge's limit of commands in flight is refused at once, changing nothing."""
+    require_broker()
+    parts = (switch(switch_ms=1500, light_window_ms=2000), endpoint("h0.nic0"), host("h0"))
+    async with start_rig("busy", *parts, mqtt=MQTT, token=TOKEN) as rig, \
+            aiomqtt.Client(*BROKER) as watcher:
+        daemon = rig.daemon
+        assert daemon.bus is not None and rig.bus is not None
+        await wait_for(daemon.hub, lambda: hosts_ready(daemon), 20, "h0 online")
+        daemon.bus.max_commands = 1
+        topic = f"{daemon.bus.prefix}/command/ocs1"
+        await watcher.subscribe(f"{topic}/result")
+        sealer = Sealer(RIG_CLIENT, rig.bus.credentials.clients[RIG_CLIENT])
+        beats: set[int] = set()
+
+        async def watch_beats() -> None:  # what the daemon took, while the switch works
+            while True:
+                beats.add(daemon.hosts.hosts["h0"].last_beat_ns or 0)
+                await asyncio.sleep(0.02)
+
+        watching = asyncio.create_task(watch_beats())
+        try:
+            await watcher.publish(topic, sealer.seal(topic, json.dumps(
+                {"id": 1, "connect": [[1, 9]], "verify_light": False})))
+            await watcher.publish(topic, sealer.seal(topic, json.dumps(
+                {"id": 2, "connect": [[2, 10]], "verify_light": False})))
+            first = json.loads((await next_message(watcher.messages, f"{topic}/result")).payload)
+            second = json.loads((await next_message(watcher.messages,
+                                                    f"{topic}/result")).payload)
+        finally:
+            watching.cancel()
+        # The second was refused while the first ran (its answer came first).
+        assert "refused" in first["error"] and "1 commands" in first["error"], first
+        assert second["request_id"] == 1 and second["outcome"] == "ok", second
+        assert daemon.engine.intended["ocs1"] == {1: 9}
+        assert daemon.bus.refused_commands == 1
+        phases = second["phases"]
+        during = [b for b in beats if phases["dispatched"] < b < phases["acknowledged"]]
+        assert len(during) >= 2, (sorted(beats), phases)

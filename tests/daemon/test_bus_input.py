@@ -2,6 +2,7 @@
 bytes, forged seals, and sealed JSON of every shape (the bridge's ``handle``, on a running
 daemon's engine)."""
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from labd.daemon.bus import MqttBridge
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Sealer, new_key
 from tests.broker import MQTT
-from tests.labs import switch
+from tests.labs import endpoint, host, switch
 from tests.rigs import background_rig
 
 KEY = new_key()
@@ -51,3 +52,49 @@ def test_any_command_payload_is_answered(tmp_path: Path) -> None:
 
         raw()
         sealed()
+
+
+TOPICS = st.sampled_from(["hosts/h1/heartbeat", "hosts/h1/status", "hosts/h1/events",
+                          "hosts/h2/heartbeat", "hosts/h1", "hosts/h1/job", "daemon/probe",
+                          "hosts//", "x", ""])
+
+
+def test_any_batch_of_host_messages_changes_nothing_unsealed(tmp_path: Path) -> None:
+    """Whatever the feed hands over (any topic under the root, any bytes, too large,
+    retained or not): handled without an exception, and nothing about the lab's host
+    changes unless its key sealed it; the probe is believed only for its own tokens."""
+    parts = (endpoint("h1.nic0"), host("h1", emulate=False))
+    with background_rig(tmp_path, "feedfuzz", *parts) as bg:
+        bridge = MqttBridge(bg.daemon.services,
+                            BusSettings(MQTT).with_keys(hosts={"h1": KEY}))
+        monitor = bg.daemon.hosts
+
+        @settings(max_examples=300, deadline=None)
+        @given(st.lists(st.tuples(TOPICS, st.none() | st.binary(max_size=200),
+                                  st.booleans()), max_size=8))
+        def batch(messages: list[tuple[str, bytes | None, bool]]) -> None:
+            async def take(_: object) -> None:
+                bridge._take([(f"{bridge.prefix}/{t}", p, r) for t, p, r in messages])
+                async with asyncio.timeout(10):
+                    await bridge.drained.wait()
+            heard = monitor.heard_ns
+            bg.run(take)
+            state = monitor.hosts["h1"]
+            assert state.status == "unknown" and state.last_beat_ns is None
+            assert state.gpus == [] and monitor.heard_ns == heard
+            assert set(monitor.hosts) == {"h1"}
+
+        batch()
+        # Sealed with h1's key, the same path takes it.
+        sealer = Sealer("h1", KEY)
+        topic = f"{bridge.prefix}/hosts/h1/heartbeat"
+        body = json.dumps({"gpus": [{"index": 0, "health": "healthy"}], "interval_s": 5,
+                           "sent_ns": 1})
+
+        async def sealed(_: object) -> None:
+            bridge._take([(topic, sealer.seal(topic, body), False)])
+            async with asyncio.timeout(10):
+                await bridge.drained.wait()
+        bg.run(sealed)
+        assert monitor.hosts["h1"].status == "online"
+        assert bridge.complain.count > 0  # the fuzzed ones were refused, and said so

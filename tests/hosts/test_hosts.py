@@ -87,6 +87,21 @@ async def test_agents_health_failures_and_lost_hosts(start_rig: StartRig) -> Non
                 warning = await next_event(sub, "warning")
                 assert "bad heartbeat message from host a: it is not JSON" in warning.data["detail"]
                 assert daemon.hosts.hosts["a"].status == "online"
+
+                # The paged and filtered form: lost hosts, a page at a time.
+                async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
+                    lost_ids = [h["id"] for h in (await http.get(
+                        "/v1/hosts", params={"status": "lost"})).json()]
+                    page = (await http.get("/v1/hosts", params={"limit": 1, "after": "a"})
+                            ).json()
+                    unknown = await http.get("/v1/hosts", params={"after": "zz"})
+                    bad = await http.get("/v1/hosts", params={"status": "sleepy"})
+                    whole = (await http.get("/v1/hosts")).json()
+                assert lost_ids == ["c"]  # b's will said offline (and b came back since)
+                assert [h["id"] for h in page] == ["b"]
+                assert unknown.status_code == 404 and "no host 'zz'" in unknown.text
+                assert bad.status_code == 422
+                assert [h["id"] for h in whole] == ["a", "b", "c"]
             finally:
                 for task in tasks:
                     task.cancel()

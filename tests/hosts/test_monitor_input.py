@@ -28,6 +28,11 @@ def check_state(monitor: HostMonitor) -> None:
     if state.interval_s is not None:
         assert math.isfinite(state.interval_s) and state.interval_s > 0
     assert state.error is None or isinstance(state.error, str)
+    # What GET /v1/hosts answers, kept between changes, is strict JSON and the state now.
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in the hosts' JSON")
+    assert json.loads(monitor.as_json(), parse_constant=refuse) == [
+        s.as_dict() for s in monitor.hosts.values()]
 
 
 @settings(max_examples=300, deadline=None)
@@ -59,8 +64,28 @@ def test_the_reproductions() -> None:
             ("h1", "heartbeat", b'{"gpus": [1, 2]}', "'gpus' must be a list"),
             ("h1", "heartbeat", b'{"gpus": [], "interval_s": 1e999}', None),
             ("h1", "events", b'{"gpu": true, "health": "failed"}', "expected 'gpu'"),
+            # Python reads NaN as JSON; kept, GET /v1/hosts could not be read.
+            ("h1", "heartbeat", b'{"gpus": [{"index": 0, "health": "healthy", "t": NaN}]}',
+             "NaN is not a JSON value"),
+            ("h1", "heartbeat", b'{"gpus": [], "error": -Infinity}', "Infinity"),
             ("nobody", "events", b'{"gpu": 0, "health": "failed"}', "no such host")):
         problem = monitor.handle(host, kind, raw)
         assert (problem is None) if words is None else (words in (problem or "")), problem
         check_state(monitor)
     assert monitor.hosts["h1"].interval_s is None  # an infinite interval is not kept
+
+
+def test_pages_of_hosts_by_status() -> None:
+    monitor = HostMonitor(EventHub(), [f"h{i}" for i in range(10)])
+    for i in range(0, 10, 2):
+        assert monitor.handle(f"h{i}", "status", b"online") is None
+    online = [s.id for s in monitor.select("online")]
+    assert online == ["h0", "h2", "h4", "h6", "h8"]
+    first = [s.id for s in monitor.select("online", limit=2)]
+    second = [s.id for s in monitor.select("online", after=first[-1], limit=2)]
+    last = [s.id for s in monitor.select("online", after=second[-1], limit=2)]
+    assert (first, second, last) == (["h0", "h2"], ["h4", "h6"], ["h8"])
+    assert [s.id for s in monitor.select(after="h8")] == ["h9"]
+    assert json.loads(monitor.as_json(monitor.select("lost"))) == []
+    assert [h["id"] for h in json.loads(monitor.as_json(monitor.select("unknown", limit=3)))
+            ] == ["h1", "h3", "h5"]

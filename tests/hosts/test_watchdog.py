@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from labd.events import EventHub
+from labd.events import Event, EventHub, Subscription
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import MISSED, SETTLE_S, HostMonitor
 from labd.lab.file import load_lab
@@ -102,3 +103,160 @@ def test_a_ranks_progress_stays_in_order_as_its_hosts_clock_offset_improves(
     report("ready", started + 20_000_000, now - 1_000_000)
     seen = state.progress[0]
     assert seen["started"] <= seen["ready"]
+
+
+class Fleet:
+    """Hosts h0..h{n-1} beating every INTERVAL_S, spread over the interval, from a task of
+    the test; ``silent`` hosts say nothing, ``deaf`` stops the daemon hearing anyone."""
+
+    def __init__(self, monitor: HostMonitor, n: int) -> None:
+        self.monitor, self.n = monitor, n
+        self.silent: set[str] = set()
+        self.deaf = False
+        self.held: list[tuple[str, bytes]] = []
+        """What was sent while the daemon heard nothing: delivered late, in order."""
+
+    def body(self) -> bytes:
+        return json.dumps({"gpus": [{"index": 0, "health": "healthy"}],
+                           "interval_s": INTERVAL_S, "sent_ns": time.monotonic_ns()}).encode()
+
+    async def run(self) -> None:
+        step = INTERVAL_S / self.n
+        while True:
+            for i in range(self.n):
+                host = f"h{i}"
+                if host not in self.silent:
+                    if self.deaf:
+                        self.held.append((host, self.body()))
+                    else:
+                        assert self.monitor.handle(host, "heartbeat", self.body()) is None
+                await asyncio.sleep(step)
+
+    def deliver_late(self) -> None:
+        self.deaf = False
+        for host, body in self.held:
+            assert self.monitor.handle(host, "heartbeat", body) is None
+        self.held.clear()
+
+
+async def events_until(sub: Subscription, done: Callable[[Event], bool],
+                       timeout: float = 30) -> list[Event]:
+    seen: list[Event] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = await sub.next()
+            assert event is not None
+            seen.append(event)
+            if done(event):
+                return seen
+
+
+@contextlib.asynccontextmanager
+async def watching(monitor: HostMonitor, fleet: Fleet) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(fleet.run()), asyncio.create_task(monitor.run())]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def online(sub: Subscription, n: int) -> None:
+    up: set[str] = set()
+    await events_until(sub, lambda e: e.kind == "host.status" and e.data["status"] == "online"
+                       and up.add(e.data["host"]) is None and len(up) == n)
+
+
+async def test_a_daemon_that_hears_nobody_is_unsure_and_loses_no_host() -> None:
+    """The broker stops delivering (or the daemon's reader stalls): every host looks silent
+    at once. The daemon says it cannot tell and declares none lost; once the messages come
+    (late, all of them), every host is still online and the daemon says it is sure again;
+    a host that really stopped meanwhile is then found."""
+    hub = EventHub()
+    monitor = HostMonitor(hub, [f"h{i}" for i in range(6)])
+    monitor.heard(0)  # the bridge's probe: it is the evidence, and it is not coming either
+    _, sub = hub.subscribe()
+    fleet = Fleet(monitor, 6)
+    async with watching(monitor, fleet):
+        await online(sub, 6)
+        fleet.deaf = True
+        fleet.silent.add("h3")  # and one host really stops meanwhile
+        seen = await events_until(sub, lambda e: e.kind == "hosts.unsure")
+        assert seen[-1].data["waiting"] is True and seen[-1].data["hosts"] >= 1
+        assert "nothing sent since their time was up has been read" in seen[-1].data["detail"]
+        assert not [e for e in seen if e.kind == "host.lost"]
+        assert all(s.status == "online" for s in monitor.hosts.values())
+        # Long past every host's allowance, still nothing declared.
+        deadline = time.monotonic() + 3 * MISSED * INTERVAL_S
+        while time.monotonic() < deadline:  # the watchdog keeps looking meanwhile
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    event = await sub.next()
+                    assert event is not None and event.kind != "host.lost", event
+        fleet.deliver_late()
+        monitor.heard(time.monotonic_ns())  # the probe comes through again
+        seen = await events_until(sub, lambda e: e.kind == "host.lost")
+        assert seen[-1].data["host"] == "h3"
+        assert [e.data["host"] for e in seen if e.kind == "host.lost"] == ["h3"]
+        others = {h: s.status for h, s in monitor.hosts.items() if h != "h3"}
+        assert set(others.values()) == {"online"}, others
+        seen = await events_until(sub, lambda e: e.kind == "hosts.unsure")
+        assert seen[-1].data["waiting"] is False
+
+
+async def test_no_host_is_lost_while_its_messages_wait_to_be_read() -> None:
+    """Messages that have arrived but wait in the bridge's batches (a backlog) may hold the
+    heartbeat that keeps a host: nothing is declared until they are read."""
+    hub = EventHub()
+    monitor = HostMonitor(hub, [f"h{i}" for i in range(4)])
+    waiting = [0]
+    monitor.backlog(lambda: waiting[0])
+    _, sub = hub.subscribe()
+    fleet = Fleet(monitor, 4)
+    async with watching(monitor, fleet):
+        await online(sub, 4)
+        waiting[0] = 5  # from now on, the bridge says messages wait
+        fleet.silent.add("h1")
+        seen = await events_until(sub, lambda e: e.kind == "hosts.unsure")
+        assert "5 agent messages that have arrived are still to be read" in \
+            seen[-1].data["detail"]
+        assert monitor.hosts["h1"].status == "online"
+        waiting[0] = 0  # read: h1's heartbeat was not among them
+        seen = await events_until(sub, lambda e: e.kind == "host.lost")
+        assert seen[-1].data["host"] == "h1"
+
+
+async def test_many_hosts_going_silent_together_wait_one_more_interval() -> None:
+    """A third of the fleet stops at once while the rest beat on: it looks like the
+    daemon's trouble as much as theirs, so the daemon says it is unsure and waits for one
+    more interval of evidence; they did stop, and each is then declared lost, none before
+    the daemon heard from others an interval past its time."""
+    hub = EventHub()
+    n = 30
+    monitor = HostMonitor(hub, [f"h{i}" for i in range(n)])
+    _, sub = hub.subscribe()
+    fleet = Fleet(monitor, n)
+    checked: list[bool] = []
+
+    class Evidence:
+        def host_event(self, event: Event) -> None:
+            if event.kind == "host.lost":
+                base = event.data["last_sent_ns"] + MISSED * INTERVAL_S * 1e9
+                checked.append(monitor.heard_ns >= base + INTERVAL_S * 1e9)
+
+    monitor.listen(Evidence())
+    async with watching(monitor, fleet):
+        await online(sub, n)
+        gone = {f"h{i}" for i in range(0, n, 3)}
+        fleet.silent |= gone
+        lost: set[str] = set()
+        seen = await events_until(sub, lambda e: e.kind == "host.lost"
+                                  and lost.add(e.data["host"]) is None and lost == gone)
+        unsure = [e for e in seen if e.kind == "hosts.unsure"]
+        assert unsure and unsure[0].data["waiting"] is True
+        assert "hosts went silent together" in unsure[0].data["detail"]
+        # Declared with the evidence of one more interval (the first few, before the
+        # silence counted as many, on the ordinary evidence).
+        assert sum(checked) >= len(gone) - 8, checked
+        assert {h for h, s in monitor.hosts.items() if s.status == "lost"} == gone

@@ -5,6 +5,7 @@ import asyncio
 import csv
 import signal
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -106,22 +107,32 @@ async def test_runs_are_shown_exported_and_compared(tmp_path: Path) -> None:
     code, out, _ = await run("measure", "compare", "slow", "fast", "--runs", str(runs))
     assert code == 0
     # The emulators' own record of each change: what each run's model was set to.
-    truth = next(line for line in out.splitlines() if "│ truth " in line)
+    truth = next(line for line in out.splitlines() if "│ truth p50 " in line)
     cells = [c.strip() for c in truth.split("│") if c.strip()]
-    p50_slow, p50_fast, change = float(cells[3]), float(cells[4]), cells[5]
+    p50_slow, p50_fast, said = float(cells[3]), float(cells[4]), cells[5]
     assert 7.9 < p50_slow < 8.5 and 1.9 < p50_fast < 2.5
-    assert change.startswith("-") and "%" in change
-    assert any("│ device " in line for line in out.splitlines())
+    assert said.startswith("fast is faster by 6.")
+    assert any("│ device p50 " in line for line in out.splitlines())
     csv_path, parquet, plots = tmp_path / "a.csv", tmp_path / "a.parquet", tmp_path / "plots"
     code, out, err = await run("measure", "show", "fast", "--runs", str(runs), "--csv",
                                str(csv_path), "--parquet", str(parquet), "--plots", str(plots))
     assert code == 0, out + err
+    assert "8 reconfigurations (none failed)" in out
     with csv_path.open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == 8 and {r["run"] for r in table} == {"fast"}
     assert all(float(r["device_ms"]) > 1.0 for r in table)
     assert pq.read_table(parquet).num_rows == 8
     assert (plots / "fast-cdf.png").read_bytes()[:4] == b"\x89PNG"
+    # The kept run says what it was measured on: the lab, emulated, the switch's model.
+    code, out, err = await run("measure", "show", "fast", "--runs", str(runs), "--plots",
+                               str(plots), "--format", "svg")
+    assert code == 0, out + err
+    title = [e.text or "" for e in ET.parse(plots / "fast-cdf.svg").iter(
+        "{http://www.w3.org/2000/svg}text")]
+    assert any(t.startswith("lab measured") and t.endswith(", emulated") for t in title)
+    assert "reconfiguration times (run fast)" in title
+    assert any(t.startswith("ocs1: Polatis") for t in title) and "2 ± 0 ms model" in title
     code, out, _ = await run("measure", "runs", "--runs", str(runs))
     assert code == 0 and "slow" in out and "fast" in out and "complete" in out
 

@@ -3,13 +3,22 @@ sockets, the real API and event stream; the daemon on a loop of its own, tests/r
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Label, OptionList, RichLog, TabbedContent
+from textual.widgets import (
+    DataTable,
+    Input,
+    Label,
+    OptionList,
+    RichLog,
+    Static,
+    TabbedContent,
+)
 
 from labd.emulation.rig import Rig
 from labd.errors import DaemonError
@@ -19,6 +28,7 @@ from tests.labs import ring_lab
 from tests.rigs import Background, background_rig
 from tui.app import LabApp
 from tui.render import sparkline
+from tui.sentences import sentence
 from tui.tabs.reconfigurations import KEEP, latency_rows, record
 
 LAB = """
@@ -81,7 +91,9 @@ def cell(table: DataTable, row: str, column: int) -> str:  # type: ignore[type-a
 async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) -> None:
     async with attached(tmp_path, "tui") as (rig, app, pilot):
         table = app.query_one("#portmap", DataTable)
-        assert table.row_count == 16 + 8  # every port of the 8x8 switch and the mesh
+        # Every port of the 8x8 switch; the mesh, which no meter reads, in one row.
+        assert table.row_count == 16 + 1
+        assert cell(table, "mesh1:*", 3) == "8 ports"
         assert cell(table, "ocs1:1", 2) == ""  # no partner yet
         assert "live" in app.sub_title
 
@@ -108,6 +120,10 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
         assert float(str(latency.get_row("ocs1:device")[3])) >= 2  # the 2 ms model
         await pilot.press("1")
 
+        # Enter on the mesh's row shows its ports.
+        table.move_cursor(row=table.get_row_index("mesh1:*"))
+        await pilot.press("enter")
+        assert table.row_count == 16 + 8 and cell(table, "mesh1:1", 2) == ""
         # A raw pair on the mesh: its routed path is drawn element by element.
         paths = app.query_one("#paths", DataTable)
         assert paths.display and paths.row_count == 0
@@ -189,7 +205,15 @@ async def test_a_latency_measurement_from_the_ui(tmp_path: Path) -> None:
         # A bad parameter is refused before anything is sent.
         await pilot.press("m", "enter", *"zigzag", "enter", "enter", "enter")
         assert "pattern 'zigzag'" in app.changes.last_notice
-        assert causes() == ["api"] + ["measurement"] * 6  # nothing more was sent
+        # Nothing more was sent; the newest first, the circuit made before them last.
+        assert causes() == ["measurement"] * 6 + ["api"]
+        ids = [int(str(reconf.get_row_at(i)[0])) for i in range(reconf.row_count)]
+        assert ids == sorted(ids, reverse=True)
+        # The result is kept in its panel, not only in a passing notification.
+        panel = app.query_one("#measure-result", Static)
+        kept = str(panel.render())
+        assert panel.display and "ocs1 toggle: 6 reconfigurations (6 ok)" in kept
+        assert "device" in kept and "p99" in kept
 
 
 async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
@@ -199,6 +223,16 @@ async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
         assert app.query_one(TabbedContent).active == "failover"
         latest = app.failover.latest
         assert latest is not None and latest["outcome"] == "recovered"
+        # The recovery is numbered as the daemon recorded it (its events carry the id only
+        # once it is recorded, at its end).
+        title = str(app.query_one("#failover-title", Label).render())
+        assert latest["id"] is not None and title.startswith(f"failover #{latest['id']} ")
+        # The Events tab told each stage as a sentence, never "#None".
+        told = [line.plain for kind, line in app.events.lines if kind == "failover"]
+        assert told and not any("None" in line for line in told)
+        assert any("recovered" in line and f"(failover #{latest['id']})" in line
+                   for line in told)
+        assert any("recovering" in line for line in told)
         timeline = app.query_one("#timeline", DataTable)
         assert timeline.row_count == 10
         assert float(str(timeline.get_row("first_step")[1])) > float(
@@ -263,6 +297,62 @@ async def test_events_that_arrive_while_the_ui_closes_touch_no_widget(tmp_path: 
         await app._apply({"kind": "job.progress", "seq": 1, "data": {"job": "ring4"}})
         app.hosts.show([], [])
         assert app.events.lines[-1][0] == "job.progress"  # kept for when it could be shown
+
+
+async def test_events_in_sentences_with_the_lab_in_the_title(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui7") as (rig, app, pilot):
+        # The lab by name, as the daemon gives it; the URL beside it.
+        assert app.lab is not None and app.lab.startswith("tui7")
+        assert app.title == f"labd · {app.lab}" and rig.daemon.url in app.sub_title
+        await rig.call(lambda r: r.daemon.engine.connect_endpoints([("h0.nic0", "h1.nic0")]))
+        await until(app, lambda: any(k == "reconfiguration" for k, _ in app.events.lines))
+        line = next(line.plain for k, line in app.events.lines if k == "reconfiguration")
+        # A wall-clock time, the kind, and a sentence: not a dict, not monotonic ns.
+        assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} reconfiguration +ocs1: connected 1→9 in "
+                            r"[\d.]+ ms \(api, reconfiguration #\d+\)", line), line
+        # The filter keeps the lines with its words (or its kind).
+        await pilot.press("5", "slash", *"ocs1: connected")
+        log = app.query_one("#eventlog", RichLog)
+        assert len(log.lines) == 1
+        app.query_one("#event-filter", Input).value = "failover"
+        await pilot.pause()
+        assert len(log.lines) == 0
+
+        # c offers the endpoints the UI knows of (here, the circuit's ends) as one types.
+        await pilot.press("enter", "1", "c", "h", "1")
+        field = app.screen.query_one("#src", Input)
+        assert field.value == "h1"
+        await pilot.press("right")  # takes the offer
+        assert field.value == "h1.nic0"
+        await pilot.press("escape")
+        assert app.screen is app.screen_stack[0]
+
+
+def test_sentences() -> None:
+    ms = 1_000_000
+    assert sentence("reconfiguration", {
+        "id": 4, "switch": "ocs1", "cause": "api", "outcome": "light-missing",
+        "error": "no light on channel 1", "connected": [[1, 9]], "disconnected": [[2, 10]],
+        "phases": {"requested": 0, "done": 30 * ms}}) == (
+        "ocs1: connected 1→9 and disconnected 2→10 in 30.0 ms (api, reconfiguration #4): "
+        "light-missing, no light on channel 1")
+    # A recovery under way has no id yet: none is shown, the stage it reached is.
+    running = sentence("failover", {
+        "id": None, "job": "ring4", "trigger": "gpu-failed", "member": "h1.nic0",
+        "outcome": "in-progress", "plan": {"spare": "s0.nic0"},
+        "since_failure_ms": {"failure": 0.0, "reported": 0.7, "spare_chosen": 4.3,
+                             "switches_acked": None}})
+    assert running == ("job ring4: gpu-failed on h1.nic0, spare s0.nic0: recovering "
+                       "(spare chosen at 4.3 ms)")
+    assert sentence("gpu.health", {"host": "h1", "gpu": 0, "health": "failed",
+                                   "was": "healthy", "reasons": ["Xid 79"]}) == \
+        "host h1 GPU 0 is failed (was healthy): Xid 79"
+    assert sentence("instrument.state", {"instrument": "ocs1", "kind": "state",
+                                         "state": "offline", "detail": "timeout"}) == \
+        "ocs1: state offline (timeout)"
+    # A kind it does not know, or a shape it does not expect: the fields, as given.
+    assert sentence("new.kind", {"a": 1, "b": "x"}) == "a: 1; b: x"
+    assert sentence("reconfiguration", {"connected": 5}) == "connected: 5"
 
 
 def test_sparkline() -> None:

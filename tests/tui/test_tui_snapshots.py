@@ -5,17 +5,21 @@ deliberate change of looks, and a failing run writes an HTML report of the diffe
 The daemon runs on an emulated lab in a thread of its own (tests/rigs.py; the snapshot
 harness runs the app on its own event loop); only what is deterministic is on screen:
 ports, partners, powers, circuits, mesh paths, hosts, the dialogs, and histories with set
-times, not measured latencies.
+times (shown in UTC here), not measured latencies. The dialogs and the help are taken at
+80x24 and 200x50, and each is checked to show its text whole (tests/tui/screen.py): a
+picture with cut text must not become the reference.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
 from labd.emulation.drill import hosts_ready, wait_for
@@ -24,15 +28,35 @@ from labd.store.models import FailoverTimeline
 from labd.store.store import ReconfigurationRecord
 from tests.labs import ring_lab
 from tests.rigs import background_rig
+from tests.tui.screen import dialog_lines, screen_lines, shows_whole
 from tests.tui.test_tui import LAB
 from tui.app import LabApp
+from tui.screens.help import KEYS
+from tui.tabs.matrix import MatrixTab
+from tui.tabs.ports import PortsTab
 
 SIZE = (110, 34)
+#: The smallest terminal the UI is made for, and a large one.
+SMALL, LARGE = (80, 24), (200, 50)
+#: The lab's name in the title (a fixed one: the tests' labs are otherwise named apart).
+NAME = "rack-a"
 
 
-def settled(*keys: str) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Wall-clock times drawn in UTC, whatever the machine's zone."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = ()
+            ) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
     """Before the picture: the app has synced, the URL (a random port) is named plainly,
-    then ``keys`` are pressed."""
+    then ``keys`` are pressed; each text of ``whole`` must then be on screen uncut, and
+    each of ``dialog`` uncut inside the dialog's border."""
     async def run_before(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, LabApp)
@@ -42,6 +66,14 @@ def settled(*keys: str) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
         if keys:
             await pilot.press(*keys)
         await pilot.pause()
+        lines = screen_lines(app.export_screenshot())
+        inside = dialog_lines(lines)
+        for text in whole:
+            assert shows_whole(lines, text), f"not shown whole: {text!r} in\n" + \
+                "\n".join(lines)
+        for text in dialog:
+            assert shows_whole(inside, text), f"not shown whole: {text!r} in\n" + \
+                "\n".join(inside)
     return run_before
 
 
@@ -52,22 +84,54 @@ async def _circuits(rig: Rig) -> None:
 
 
 def test_port_map_with_a_circuit_and_mesh_paths(snap_compare: Any, tmp_path: Path) -> None:
-    with background_rig(tmp_path, "snap1", LAB) as bg:
+    with background_rig(tmp_path, "snap1", LAB, name=NAME) as bg:
         bg.run(_circuits)
         app = LabApp(bg.rig.daemon.url, "t")
         assert snap_compare(app, terminal_size=SIZE, run_before=settled())
 
 
-def test_help_and_the_circuit_dialog(snap_compare: Any, tmp_path: Path) -> None:
-    with background_rig(tmp_path, "snap2", LAB) as bg:
-        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
-                            run_before=settled("question_mark"))
-        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
-                            run_before=settled("c", *"h0.nic0", "enter", *"h1.nic0", "enter"))
+@pytest.mark.parametrize("size", [SMALL, LARGE], ids=["80x24", "200x50"])
+def test_help_and_the_circuit_dialog(snap_compare: Any, tmp_path: Path,
+                                     size: tuple[int, int]) -> None:
+    with background_rig(tmp_path, "snap2", LAB, name=NAME) as bg:
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=size,
+                            run_before=settled("question_mark",
+                                               dialog=[PortsTab.HELP, KEYS]))
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=size,
+                            run_before=settled(
+                                "c", *"h0.nic0", "enter", *"h1.nic0", "enter",
+                                dialog=["Make the circuit h0.nic0 → h1.nic0 (on every switch "
+                                       "it crosses)?", "y / Enter: yes n / Esc: no"]))
+
+
+def test_the_matrix_and_its_help(snap_compare: Any, tmp_path: Path) -> None:
+    """A switch as a matrix at 80x24, a circuit on it; and the matrix's help."""
+    with background_rig(tmp_path, "snap5", LAB, name=NAME) as bg:
+        bg.run(_circuits)
+        # The port map's cursor is on the mesh (the first row): ] shows the next switch.
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
+                            run_before=settled("6", "right_square_bracket", whole=[
+                                "ocs1 8x8 (2 of 2)", "ocs1 1 → 9: connected"]))
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
+                            run_before=settled("6", "question_mark",
+                                               dialog=[MatrixTab.HELP, KEYS]))
+
+
+def test_the_first_screen_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """A mesh no meter reads is one row: the metered switch's ports are on the first
+    screen of a small terminal."""
+    with background_rig(tmp_path, "snap6", LAB, name=NAME) as bg:
+        bg.run(_circuits)
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
+                            run_before=settled(whole=[
+                                "1 Ports 2 Hosts 3 Failover 4 Reconfigurations 5 Events "
+                                "6 Matrix",
+                                "mesh1 1-8 8 ports - no meter, 2 pairs (Enter)",
+                                "ocs1 1 9 enabled", "h0.nic0 → h1.nic0"]))
 
 
 def test_hosts_with_a_job_and_spares(snap_compare: Any, tmp_path: Path) -> None:
-    with background_rig(tmp_path, "snap3", ring_lab()) as bg:
+    with background_rig(tmp_path, "snap3", ring_lab(), name=NAME) as bg:
         bg.run(lambda rig: wait_for(rig.daemon.hub, lambda: hosts_ready(rig.daemon), 30,
                                     "every host online"))
         app = LabApp(bg.rig.daemon.url, "t")
@@ -100,7 +164,7 @@ async def _history(rig: Rig) -> None:
 
 
 def test_failover_and_reconfiguration_tabs(snap_compare: Any, tmp_path: Path) -> None:
-    with background_rig(tmp_path, "snap4", LAB) as bg:
+    with background_rig(tmp_path, "snap4", LAB, name=NAME) as bg:
         bg.run(_history)
         assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
                             run_before=settled("3"))

@@ -6,9 +6,10 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label
+
+from tui.screens.frame import dialog
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -22,8 +23,8 @@ class ConfirmScreen(ModalScreen[bool]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(self.question, id="question")
+        with dialog():
+            yield Label(self.question, id="question", markup=False)
             yield Label("y / Enter: yes    n / Esc: no", classes="hint")
 
     def action_answer(self, yes: bool) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.screen import ModalScreen
+from textual.suggester import SuggestFromList
 from textual.widgets import Input, Label
+
+from tui.screens.frame import dialog
 
 
 class FormScreen(ModalScreen[dict[str, str] | None]):
@@ -17,17 +20,24 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, fields: list[tuple[str, str, str]]) -> None:
-        """``fields``: (id, placeholder, initial value)."""
+    def __init__(self, title: str, fields: list[tuple[str, str, str]], *,
+                 choices: dict[str, Sequence[str]] | None = None) -> None:
+        """``fields``: (id, placeholder, initial value); ``choices``: what a field's value
+        may be, by its id, offered as it is typed (→ or End takes the offer)."""
         super().__init__()
         self.title_text = title
         self.fields = fields
+        self.choices = choices or {}
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(f"{self.title_text} (Enter: next field, then go; Esc cancels)")
+        with dialog():
+            yield Label(f"{self.title_text} (Enter: next field, then go; Esc cancels)",
+                        markup=False)
             for field_id, placeholder, value in self.fields:
-                yield Input(value=value, placeholder=placeholder, id=field_id)
+                known = self.choices.get(field_id)
+                yield Input(value=value, placeholder=placeholder, id=field_id,
+                            suggester=SuggestFromList(known, case_sensitive=False)
+                            if known else None)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         ids = [f[0] for f in self.fields]

@@ -6,13 +6,16 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label
 
-KEYS = ("1-5 tabs · / filter · c circuit · p raw pair · x break · m measure · d drill · "
-        "r resync · ? this help · ctrl+p command palette · q quit. When the daemon is "
-        "unreachable the title says STALE and the last picture is kept.")
+from tui.screens.frame import dialog
+
+KEYS = ("Everywhere: 1-6 tabs (Ports, Hosts, Failover, Reconfigurations, Events, Matrix) · "
+        "/ filter · c circuit · p raw pair · x break · m measure · d drill · r resync · "
+        "? this help · ctrl+p command palette · q quit. Every change asks first. When the "
+        "daemon is unreachable the title says STALE and the last picture is kept. "
+        "Esc closes this help.")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -28,9 +31,9 @@ class HelpScreen(ModalScreen[None]):
         self.text = text
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(self.text, id="help-tab")
-            yield Label(KEYS, id="help-keys")
+        with dialog():
+            yield Label(self.text, id="help-tab", markup=False)
+            yield Label(KEYS, id="help-keys", markup=False)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,7 +1,9 @@
-"""The Events tab: every event the daemon publishes, filterable."""
+"""The Events tab: every event the daemon publishes, a sentence each with the wall-clock
+time it arrived, filterable."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -9,6 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Input, RichLog
 
+from tui.sentences import sentence
 from tui.tabs.pane import Pane
 
 KEEP = 5000
@@ -17,11 +20,14 @@ KEEP = 5000
 class EventsTab(Pane):
     """The event log; it keeps the last KEEP lines, so a new filter shows them all again."""
 
-    HELP = "Everything the daemon reports, newest last; / filters by kind or content."
+    HELP = ("Everything the daemon reports, a sentence each, newest last (the log follows "
+            "the latest), with the local time it arrived. / filters: words in the sentence "
+            "or the kind (reconfiguration, failover, drill, job., host., gpu., nic., "
+            "instrument., drift, warning); Enter returns to the log.")
     KEYS_AT = "#eventlog"
 
     def __init__(self) -> None:
-        super().__init__("Events [5]", "events")
+        super().__init__("5 Events", "events")
         self.lines: deque[tuple[str, Text]] = deque(maxlen=KEEP)
         self.wanted = ""
         """The filter, lower case."""
@@ -30,12 +36,19 @@ class EventsTab(Pane):
         yield Input(placeholder="filter: kind or content (/ to focus)", id="event-filter")
         yield RichLog(id="eventlog", max_lines=KEEP, wrap=False)
 
-    def add_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("kind", "")
-        self.add(kind, Text.assemble((f"{event.get('seq', ''):>6} ", "dim"), (f"{kind:24}", "bold"),
-                                     str(event.get("data", {}))[:200]))
+    def add_event(self, event: dict[str, Any], at: float | None = None) -> None:
+        """An event from the stream; ``at``: when it arrived (wall clock, now by default:
+        the event's own stamp is the daemon's monotonic clock, which means nothing here)."""
+        kind = str(event.get("kind", ""))
+        data = event.get("data")
+        said = sentence(kind, data if isinstance(data, dict) else {"data": data})
+        self.add(kind, Text(said[:2000]), at)
 
-    def add(self, kind: str, line: Text) -> None:
+    def add(self, kind: str, line: Text, at: float | None = None) -> None:
+        """A line for the log, after the time and the kind."""
+        stamp = time.time() if at is None else at
+        clock = time.strftime("%H:%M:%S", time.localtime(stamp)) + f".{int(stamp % 1 * 1000):03d}"
+        line = Text.assemble((f"{clock} ", "dim"), (f"{kind:16} ", "bold"), line)
         self.lines.append((kind, line))
         # Not once the app is closing: the line is kept either way.
         if self._matches(line) and self.live():

@@ -8,6 +8,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Label
 
 from labd.vocabulary import STAGES
+from tui.render import local_time
 from tui.tabs.pane import Pane
 
 
@@ -22,7 +23,7 @@ class FailoverTab(Pane):
     KEYS_AT = "#timeline"
 
     def __init__(self) -> None:
-        super().__init__("Failover [3]", "failover")
+        super().__init__("3 Failover", "failover")
         self.latest: dict[str, Any] | None = None
 
     def compose(self) -> ComposeResult:
@@ -45,8 +46,15 @@ class FailoverTab(Pane):
             title.update("no failover yet (d runs a drill where the hosts are emulated)")
             return
         plan = t.get("plan") or {}
-        title.update(f"#{t.get('id')} job {t['job']}: {t.get('trigger')} on {t['member']} → "
-                     f"{plan.get('spare', 'no spare')}: {t['outcome']} {t.get('detail') or ''}")
+        # A recovery is numbered when the daemon records it, at its end (or when it waits
+        # for the operator): until then its events carry no id.
+        number = f"#{t['id']}" if t.get("id") is not None else "(in progress, not yet recorded)"
+        when = ""
+        if t.get("wall_time"):
+            when = " at " + local_time(str(t["wall_time"]))
+        title.update(f"failover {number}{when} · job {t['job']}: {t.get('trigger')} on "
+                     f"{t['member']} → {plan.get('spare', 'no spare')}: {t['outcome']} "
+                     f"{t.get('detail') or ''}".rstrip())
         offsets = t.get("since_failure_ms", {})
         for stage in STAGES:
             value = offsets.get(stage)

@@ -32,7 +32,7 @@ class HostsTab(Pane):
     KEYS_AT = "#hosttable"
 
     def __init__(self) -> None:
-        super().__init__("Hosts [2]", "hosts")
+        super().__init__("2 Hosts", "hosts")
         self.hosts: list[dict[str, Any]] = []
         self.jobs: list[dict[str, Any]] = []
 

@@ -19,8 +19,10 @@ from tui.tabs.pane import Pane
 REFRESH_S = 0.2
 #: The port map's columns: (key, label, width).
 PORT_COLUMNS = (("switch", "switch", 8), ("port", "port", 5), ("partner", "partner", 7),
-                ("state", "state", 9), ("power", "power dBm", 9), ("circuit", "circuit", 34))
+                ("state", "state", 8), ("power", "power dBm", 9), ("circuit", "circuit", 34))
 PortCells = tuple[str, str, str, str, "float | None", str]
+#: The port of a summary row's key (``mesh1:*``): a switch no meter reads, not opened.
+SUMMARY = "*"
 
 
 class PortsTab(Pane):
@@ -33,7 +35,9 @@ class PortsTab(Pane):
             "element passed, ═ bar, ╳ cross). / filters (switch, switch:port, endpoint). "
             "c makes a circuit between two endpoints, p a raw pair on one switch; x breaks "
             "the circuit (or the raw pair) on the port under the cursor; m measures "
-            "reconfiguration latency on its switch. Every change asks first.")
+            "reconfiguration latency on its switch. Every change asks first. A switch no "
+            "meter reads is one summary row until Enter opens it (Enter again closes it); "
+            "6 shows the switch under the cursor as a matrix.")
     KEYS_AT = "#portmap"
 
     class Redrawn(Message):
@@ -47,13 +51,17 @@ class PortsTab(Pane):
             self.text = text
 
     def __init__(self, client: DaemonClient) -> None:
-        super().__init__("Ports [1]", "ports")
+        super().__init__("1 Ports", "ports")
         self.client = client
         self.ports: dict[str, list[dict[str, Any]]] = {}
         self.circuit_at: dict[str, str] = {}
         """``switch:port`` → the end-to-end circuit through it, "h0.nic0 → h1.nic0"."""
         self.mesh_paths: dict[str, dict[str, Any]] = {}
         """mesh → its state from ``GET /v1/switches/{id}`` (paths and intended pairs)."""
+        self.sizes: dict[str, str | None] = {}
+        """switch → its size as the daemon gives it ("16x16", "64" for any-to-any)."""
+        self.opened: set[str] = set()
+        """Unmetered switches the user opened: shown port by port, not summarised."""
         self.shown: dict[str, PortCells] = {}
         """What the port map shows, row by row (only changed cells are redrawn)."""
         self.drawn_paths: list[tuple[str, int, Any, str | Text, Any]] = []
@@ -85,6 +93,7 @@ class PortsTab(Pane):
         for switch in switches:
             await self._load_ports(switch)
             state = await self.client.get(f"/v1/switches/{switch}")
+            self.sizes[switch] = state.get("size")
             if state.get("paths") is not None:
                 self.mesh_paths[switch] = state
         await self._load_circuits()
@@ -143,6 +152,9 @@ class PortsTab(Pane):
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         switch, _, port = str(key).rpartition(":")
+        if port == SUMMARY:  # a summarised switch: its first port
+            ports = self.ports.get(switch) or [{"port": 1}]
+            return switch, int(ports[0]["port"])
         return switch, int(port)
 
     def circuit_through(self, switch: str, port: int) -> str | None:
@@ -153,6 +165,33 @@ class PortsTab(Pane):
         """The port's partner as the map shows it; "" for none."""
         cells = self.shown.get(f"{switch}:{port}")
         return cells[2] if cells is not None else ""
+
+    # -- unmetered switches: summarised --------------------------------------------------
+    def summarised(self, switch: str) -> bool:
+        """A switch no meter reads (no port has a power reading) is one row until opened:
+        its ports say little port by port, and a mesh of them would fill the first
+        screen of a small terminal."""
+        ports = self.ports.get(switch, [])
+        return (bool(ports) and switch not in self.opened and not self.port_filter
+                and all(p.get("power_dbm") is None for p in ports))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a summary row opens its switch; on a port of an opened one, closes it."""
+        if event.data_table.id != "portmap":
+            return
+        switch, _, port = str(event.row_key.value).rpartition(":")
+        if port == SUMMARY:
+            self.opened.add(switch)
+        elif switch in self.opened:
+            self.opened.discard(switch)
+        else:
+            return
+        self.draw()
+        table = self.query_one("#portmap", DataTable)
+        first = f"{switch}:{SUMMARY}" if switch not in self.opened else next(
+            (k for k in self.shown if k.startswith(f"{switch}:")), None)
+        if first in self.shown:
+            table.move_cursor(row=table.get_row_index(first))
 
     # -- the filter -------------------------------------------------------------------------
     def focus_filter(self) -> None:
@@ -168,8 +207,15 @@ class PortsTab(Pane):
     # -- drawing ----------------------------------------------------------------------------
     def _port_rows(self) -> list[tuple[str, PortCells]]:
         wanted = self.port_filter.lower()
-        rows = []
+        rows: list[tuple[str, PortCells]] = []
         for switch in sorted(self.ports):
+            if self.summarised(switch):
+                ports = self.ports[switch]
+                pairs = sum(1 for p in ports if p["partner"] is not None) // 2
+                rows.append((f"{switch}:{SUMMARY}", (
+                    switch, f"1-{len(ports)}", "", f"{len(ports)} ports", None,
+                    f"no meter, {pairs} pair{'s' * (pairs != 1)} (Enter)")))
+                continue
             for port in self.ports[switch]:
                 where = f"{switch}:{port['port']}"
                 circuit = self.circuit_at.get(where, "")

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable, ProgressBar
+from textual.widgets import DataTable, ProgressBar, Static
 
 from labd.client.api import DaemonClient
 from labd.measure.campaign import (
@@ -18,6 +18,7 @@ from labd.measure.campaign import (
     free_ports,
     planned,
     run_reconfig,
+    summary,
 )
 from labd.vocabulary import SPANS, percentile, span_ms
 from tui.render import reconfiguration_cells, sparkline
@@ -53,6 +54,12 @@ def latency_rows(phase_ms: Mapping[tuple[str, str], Sequence[float]]) -> list[tu
                                                  key=lambda i: (i[0][0], order[i[0][1]]))]
 
 
+def _by_id(value: Any) -> int:
+    """A row's place, newest first: by the id the daemon gave it (ids only grow)."""
+    text = str(value)
+    return int(text) if text.isdigit() else -1
+
+
 class ReconfigurationsTab(Pane):
     """The latest reconfigurations, as the daemon records them (a latency measurement's
     included, with its progress shown above them while it runs)."""
@@ -62,13 +69,14 @@ class ReconfigurationsTab(Pane):
             "device but for a CALIENT's ENT-CRS), light (dispatched → light "
             "verified), software (requested → dispatched) "
             "and total: n, p50, p99, max and the last 60 as a sparkline. Below, "
-            "recent reconfigurations: cause, outcome, pairs and phases. m starts "
-            "a latency measurement (toggle, random, permutation or sweep) on a "
-            "switch's free ports.")
+            "recent reconfigurations, newest first: cause, outcome, pairs and phases. m "
+            "starts a latency measurement (toggle, random, permutation or sweep) on a "
+            "switch's free ports; its result stays in the panel above the tables until "
+            "the next one.")
     KEYS_AT = "#reconf"
 
     def __init__(self) -> None:
-        super().__init__("Reconfigurations [4]", "reconfigurations")
+        super().__init__("4 Reconfigurations", "reconfigurations")
         self.phase_ms: PhaseTimes = {}
         """(switch, phase) → the last KEEP reconfigurations' times."""
         self.recent: deque[dict[str, Any]] = deque(maxlen=KEEP)
@@ -76,15 +84,19 @@ class ReconfigurationsTab(Pane):
 
     def compose(self) -> ComposeResult:
         yield ProgressBar(id="measure-progress", show_eta=True)
+        yield Static("", id="measure-result")
         yield DataTable(id="latency", cursor_type="row")
         yield DataTable(id="reconf", zebra_stripes=True, cursor_type="row")
 
     def on_mount(self) -> None:
         self.query_one(ProgressBar).display = False
+        self.query_one("#measure-result", Static).display = False
         self.query_one("#latency", DataTable).add_columns(
             "switch", "phase", "n", "p50 ms", "p99 ms", "max ms", "last 60")
-        self.query_one("#reconf", DataTable).add_columns(
-            "id", "switch", "cause", "outcome", "pairs", "device ms", "light ms", "total ms")
+        reconf = self.query_one("#reconf", DataTable)
+        reconf.add_column("id", key="id")
+        reconf.add_columns("switch", "cause", "outcome", "pairs", "device ms", "light ms",
+                           "total ms")
 
     def show(self, rows: Iterable[dict[str, Any]]) -> None:
         """The picture anew from these reconfigurations, oldest first."""
@@ -118,11 +130,30 @@ class ReconfigurationsTab(Pane):
         for row in [latest] if latest is not None else self.recent:
             table.add_row(*reconfiguration_cells(row))
         while table.row_count > KEEP:
-            table.remove_row(next(iter(table.rows)))
+            table.remove_row(next(iter(table.rows)))  # the first added: the oldest
+        # Newest first: the rows arrive oldest first, and the latest is what one looks for.
+        table.sort("id", key=_by_id, reverse=True)
         latency = self.query_one("#latency", DataTable)
         latency.clear()
         for *cells, spark in latency_rows(self.phase_ms):
             latency.add_row(*cells, Text(spark, style="cyan"), key=f"{cells[0]}:{cells[1]}")
+
+    def measured(self, plan: ReconfigPlan, rows: list[dict[str, Any]],
+                 stopped: str | None = None) -> str:
+        """Keep a measurement's result in its panel (until the next one); the headline."""
+        ok = sum(1 for r in rows if r.get("outcome") == "ok")
+        headline = (f"{plan.switch} {plan.pattern}: {len(rows)} reconfigurations "
+                    f"({ok} ok)" + (f", stopped: {stopped}" if stopped else ""))
+        text = Text.assemble(("last measurement  ", "bold"), headline)
+        for r in summary(rows):
+            text.append(f"\n  k={r['k']:<3} {r['span']:9} n={r['n']:<5} p50 {r['p50']:8.2f} ms"
+                        f"   p99 {r['p99']:8.2f} ms   max {r['max']:8.2f} ms")
+        if not rows:
+            text.append("\n  no timed rows")
+        panel = self.query_one("#measure-result", Static)
+        panel.update(text)
+        panel.display = True
+        return headline
 
     async def measure(self, client: DaemonClient,
                       plan: ReconfigPlan) -> AsyncIterator[dict[str, Any]]:

@@ -13,8 +13,11 @@ from labd.commands.measure.kept import kept_run, write_outputs
 from labd.commands.measure.options import (
     CsvOption,
     DeadlineScaleOption,
+    DpiOption,
+    FormatOption,
     PlotsOption,
     RunsOption,
+    outputs,
     use_deadlines,
 )
 
@@ -44,6 +47,8 @@ def measure_failover(
     runs: RunsOption = "labd-runs.sqlite",
     csv_path: CsvOption = None,
     plots: PlotsOption = None,
+    plot_format: FormatOption = "png",
+    dpi: DpiOption = 150,
     deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Failover drills on an emulated lab: fail a member GPU (or kill its host), let the
@@ -58,6 +63,7 @@ def measure_failover(
     from labd.mqtt.client import broker_reachable, local_broker
 
     use_deadlines(deadline_scale)
+    style = outputs(plots=plots, plot_format=plot_format, dpi=dpi)
     if signal_name not in SIGNALS:
         raise fail(f"--signal {signal_name!r}: expected one of {', '.join(SIGNALS)}")
     if mqtt is not None and (problem := broker_reachable(mqtt)) is not None:
@@ -101,6 +107,6 @@ def measure_failover(
                           if e.emulator.switch_time_ms is not None), None)
         for table in failover_report(rows, switch_ms):
             console.print(table)
-        write_outputs(measured, rows, csv_path, None, plots)
+        write_outputs(measured, rows, csv_path, None, plots, style)
 
     kept_run(runs, body, spawns=True, command="failover")

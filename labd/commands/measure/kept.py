@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from labd.commands.common import console, fail
 from labd.errors import LabdError
 from labd.runtime import run
+
+if TYPE_CHECKING:
+    from labd.measure.plots import PlotStyle
 
 
 def kept_run(runs: str, body: Callable[[Any, dict[str, Any]], Coroutine[Any, Any, None]], *,
@@ -44,16 +47,17 @@ def kept_run(runs: str, body: Callable[[Any, dict[str, Any]], Coroutine[Any, Any
 
 
 def write_outputs(measured: Any, rows: list[dict[str, Any]], csv_path: Path | None,
-                  parquet: Path | None, plots: Path | None) -> None:
+                  parquet: Path | None, plots: Path | None, style: PlotStyle | None = None
+                  ) -> None:
     """The run's rows to CSV and Parquet, its plots into a folder, as asked; each file
     written is listed."""
-    from labd.measure.plots import failover_plots, reconfig_plots, schedule_plots
+    from labd.measure.plots import PlotStyle, failover_plots, reconfig_plots, schedule_plots
     from labd.measure.reconfig import export
 
     written = export(measured, rows, csv_path=csv_path, parquet_path=parquet)
     if plots is not None:
         draw = {"schedule": schedule_plots, "failover": failover_plots}.get(
             measured.kind, reconfig_plots)
-        written += [str(p) for p in draw(measured.name, rows, plots)]
+        written += [str(p) for p in draw(measured, rows, plots, style or PlotStyle())]
     for path in written:
         console.print(f"  wrote {path}")

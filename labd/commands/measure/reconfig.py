@@ -8,12 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from labd.commands.common import console
+from labd.commands.common import console, fail
 from labd.commands.measure.kept import kept_run, write_outputs
 from labd.commands.measure.options import (
+    CheckOption,
     ControlOption,
     CsvOption,
     DeadlineScaleOption,
+    DpiOption,
+    FormatOption,
+    FullOption,
     JitterOption,
     ParquetOption,
     PlotsOption,
@@ -21,6 +25,8 @@ from labd.commands.measure.options import (
     RunsOption,
     SwitchMsOption,
     TokenOption,
+    check_outcome,
+    outputs,
     timing_model,
     use_deadlines,
 )
@@ -54,12 +60,16 @@ def measure_reconfig(
     csv_path: CsvOption = None,
     parquet: ParquetOption = None,
     plots: PlotsOption = None,
+    plot_format: FormatOption = "png",
+    dpi: DpiOption = 150,
+    full: FullOption = False,
+    check: CheckOption = False,
     token: TokenOption = None,
     deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Time reconfigurations through the daemon on its switches' free ports and keep them
-    as a named run: a progress bar, then p50/p90/p99/max per switch, batch size and phase.
-    Ctrl-C keeps what was measured (--resume NAME goes on)."""
+    as a named run: a progress bar, then p50/p90/p99/max per switch and figure (--full: per
+    batch size too). Ctrl-C keeps what was measured (--resume NAME goes on)."""
     from labd.measure.reconfig import (
         apply_timing,
         finishing,
@@ -72,11 +82,17 @@ def measure_reconfig(
         resume_run,
         run_campaign,
         summary_table,
+        switch_models,
     )
     from labd.token import find_token
 
     use_deadlines(deadline_scale)
+    style = outputs(plots=plots, plot_format=plot_format, dpi=dpi, parquet=parquet)
     timing = timing_model(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
+    if check and timing is None and resume is None:
+        raise fail("--check holds labd's times to the emulators' timing model: give "
+                   "--switch-ms (with --lab, or --url and --control)")
+    outcome: dict[str, Any] = {}
 
     async def body(store: Any, state: dict[str, Any]) -> None:
         async with open_target(lab=lab, url=url, token=find_token(file=token),
@@ -91,9 +107,12 @@ def measure_reconfig(
                 # Before the run is made: its parameters say which switches took the model.
                 await apply_timing(target, [p.switch for p in plans], timing, console,
                                    light=light)
+                described = {"emulated": target.backdoor is not None,
+                             "switch_models": await switch_models(
+                                 target.client, [p.switch for p in plans])}
                 measured, done, wanted = new_run(
                     store, name=name, kind="reconfig", target=target, planned=planned,
-                    params={**params_of(plans), "timing": timing}), [], timing
+                    params={**params_of(plans), "timing": timing, **described}), [], timing
             state["run"] = measured
             if resume is not None:
                 await apply_timing(target, [p.switch for p in plans], wanted, console,
@@ -103,10 +122,13 @@ def measure_reconfig(
                           f"reconfigurations, {len(done)} already measured")
             async with finishing(store, measured):
                 rows = await run_campaign(target, plans, store, measured, console, done)
-        console.print(summary_table(measured, rows))
+        console.print(summary_table(measured, rows, full=full))
         if wanted is not None:
             console.print(model_check(rows, wanted))
-        write_outputs(measured, rows, csv_path, parquet, plots)
+        write_outputs(measured, rows, csv_path, parquet, plots, style)
+        outcome.update(rows=rows, timing=wanted)
 
     # uvloop: the emulators run in a process of their own, and no MQTT client here.
     kept_run(runs, body, spawns=False, command="reconfig")
+    if check:
+        check_outcome(outcome["rows"], outcome["timing"])

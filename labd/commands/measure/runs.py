@@ -10,7 +10,18 @@ from rich.table import Table
 
 from labd.commands.common import console, fail
 from labd.commands.measure.kept import write_outputs
-from labd.commands.measure.options import CsvOption, ParquetOption, PlotsOption, RunsOption
+from labd.commands.measure.options import (
+    CheckOption,
+    CsvOption,
+    DpiOption,
+    FormatOption,
+    FullOption,
+    ParquetOption,
+    PlotsOption,
+    RunsOption,
+    check_outcome,
+    outputs,
+)
 from labd.commands.measure.schedule import schedule_report
 from labd.errors import LabdError
 
@@ -41,12 +52,18 @@ def measure_show(
     csv_path: CsvOption = None,
     parquet: ParquetOption = None,
     plots: PlotsOption = None,
+    plot_format: FormatOption = "png",
+    dpi: DpiOption = 150,
+    full: FullOption = False,
+    check: CheckOption = False,
 ) -> None:
-    """A kept run's summary (and its rows exported, its plots drawn)."""
+    """A kept run's summary (and its rows exported, its plots drawn; --check: its truth
+    check as the exit status)."""
     from labd.emulation.failover import failover_report
     from labd.measure.reconfig import model_check, summary_table
     from labd.measure.runs import RunStore
 
+    style = outputs(plots=plots, plot_format=plot_format, dpi=dpi, parquet=parquet)
     store = RunStore(runs)
     try:
         measured = store.get(name)
@@ -54,29 +71,40 @@ def measure_show(
         console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
                       f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
                       f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
+        if check and measured.kind != "reconfig":
+            raise LabdError(f"--check: run {name} is a {measured.kind} run; only a reconfig "
+                            "run has a truth check")
         if measured.kind == "schedule":
             schedule_report(measured, rows)
         elif measured.kind == "failover":
             for table in failover_report(rows, None):
                 console.print(table)
         else:
-            console.print(summary_table(measured, rows))
+            console.print(summary_table(measured, rows, full=full))
         timing = measured.params.get("timing")
         if timing and measured.kind == "reconfig":
             console.print(model_check(rows, timing))
-        write_outputs(measured, rows, csv_path, parquet, plots)
+        write_outputs(measured, rows, csv_path, parquet, plots, style)
     except LabdError as exc:
         raise fail(str(exc)) from None
     finally:
         store.close()
+    if check:
+        check_outcome(rows, timing)
 
 
 def measure_compare(
-    first: Annotated[str, typer.Argument(help="The run to compare against.")],
-    second: Annotated[str, typer.Argument(help="The run compared.")],
+    first: Annotated[str, typer.Argument(help="The run to compare against (A).")],
+    second: Annotated[str, typer.Argument(help="The run compared (B).")],
     runs: RunsOption = "labd-runs.sqlite",
+    full: FullOption = False,
+    noise_ms: Annotated[float, typer.Option(
+        min=0, help="A difference smaller than this (ms) is noise, whatever its interval: "
+                    "a bootstrap sees the spread within each run, not between runs.")] = 0.5,
 ) -> None:
-    """Two runs side by side: every figure's p50 and p99 and how much it changed."""
+    """Two runs side by side: every figure's p50 and p99 in both, a 95 % bootstrap interval
+    of the difference and a verdict: no difference beyond noise, or B slower or faster by
+    how much."""
     from labd.measure.reconfig import compare_schedules, compare_table
     from labd.measure.runs import RunStore
 
@@ -85,8 +113,11 @@ def measure_compare(
         a, b = store.get(first), store.get(second)
         if a.kind != b.kind:
             raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
-        compare = compare_schedules if a.kind == "schedule" else compare_table
-        console.print(compare(a, store.rows(a), b, store.rows(b)))
+        if a.kind == "schedule":
+            console.print(compare_schedules(a, store.rows(a), b, store.rows(b)))
+        else:
+            console.print(compare_table(a, store.rows(a), b, store.rows(b), full=full,
+                                        noise_ms=noise_ms))
     except LabdError as exc:
         raise fail(str(exc)) from None
     finally:

@@ -15,6 +15,8 @@ from labd.commands.measure.options import (
     ControlOption,
     CsvOption,
     DeadlineScaleOption,
+    DpiOption,
+    FormatOption,
     JitterOption,
     ParquetOption,
     PlotsOption,
@@ -22,6 +24,7 @@ from labd.commands.measure.options import (
     RunsOption,
     SwitchMsOption,
     TokenOption,
+    outputs,
     timing_model,
     use_deadlines,
 )
@@ -48,17 +51,27 @@ def measure_schedule(
     csv_path: CsvOption = None,
     parquet: ParquetOption = None,
     plots: PlotsOption = None,
+    plot_format: FormatOption = "png",
+    dpi: DpiOption = 150,
     token: TokenOption = None,
     deadline_scale: DeadlineScaleOption = None,
 ) -> None:
     """Replay a parallelism schedule: reconfigure the switches for each phase, on demand or
     speculatively, and report for each idle window whether the reconfiguration was hidden,
     how far it overran, and the time added per iteration. Kept as a run."""
-    from labd.measure.reconfig import apply_timing, finishing, new_run, open_target, resume_run
+    from labd.measure.reconfig import (
+        apply_timing,
+        finishing,
+        new_run,
+        open_target,
+        resume_run,
+        switch_models,
+    )
     from labd.measure.schedule import check_switches, load_schedule
     from labd.token import find_token
 
     use_deadlines(deadline_scale)
+    style = outputs(plots=plots, plot_format=plot_format, dpi=dpi, parquet=parquet)
     modes = {"both": ["on demand", "speculative"], "on-demand": ["on demand"],
              "speculative": ["speculative"]}.get(mode)
     if modes is None:
@@ -79,7 +92,10 @@ def measure_schedule(
                 await check_switches(target.client, plan)
                 await apply_timing(target, plan.switches(), timing, console)
                 params = {"file": schedule, "schedule": plan.name, "iterations": iterations,
-                          "modes": modes, "timing": timing}
+                          "modes": modes, "timing": timing,
+                          "emulated": target.backdoor is not None,
+                          "switch_models": await switch_models(target.client,
+                                                               plan.switches())}
                 measured, done = new_run(store, name=name, kind="schedule", target=target,
                                          params=params, planned=iterations * len(modes)
                                          * len(plan.phase)), []
@@ -93,7 +109,7 @@ def measure_schedule(
             async with finishing(store, measured):
                 rows = await _replay_modes(target, plan, params, store, measured, done)
         schedule_report(measured, rows)
-        write_outputs(measured, rows, csv_path, parquet, plots)
+        write_outputs(measured, rows, csv_path, parquet, plots, style)
 
     kept_run(runs, body, spawns=False, command="schedule")
 

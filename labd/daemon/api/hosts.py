@@ -4,19 +4,64 @@ out by long poll)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from pydantic import BaseModel, ConfigDict
 
 from labd.daemon.api.deps import AGENT, ServicesDep
 
 router = APIRouter()
 
+#: The most hosts one page of ``GET /v1/hosts`` may hold.
+MAX_PAGE = 10_000
 
-@router.get("/v1/hosts")
-async def hosts(services: ServicesDep) -> list[dict[str, Any]]:
-    """GPU hosts as their agents report them (status, heartbeat, each GPU's health)."""
-    return [h.as_dict() for h in services.hosts.hosts.values()]
+
+class GpuView(BaseModel):
+    """One GPU as its host's agent last reported it (and whatever else the agent said)."""
+
+    model_config = ConfigDict(extra="allow")
+    index: int
+    health: Literal["healthy", "degraded", "failed"]
+
+
+class HostView(BaseModel):
+    """A host as ``GET /v1/hosts`` gives it."""
+
+    id: str
+    status: Literal["online", "offline", "lost", "unknown"]
+    last_beat_ns: int | None
+    """When its last heartbeat arrived (the daemon's CLOCK_MONOTONIC)."""
+    interval_s: float | None
+    gpus: list[GpuView]
+    nics: dict[str, bool]
+    error: str | None
+
+
+@router.get("/v1/hosts", response_model=list[HostView], responses={404: {
+    "description": "``after`` names a host the lab does not have",
+    "content": {"application/json": {"schema": {
+        "type": "object", "properties": {"detail": {"type": "string"}},
+        "required": ["detail"]}}}}})
+async def hosts(services: ServicesDep,
+                status: Annotated[Literal["online", "offline", "lost", "unknown"] | None,
+                                  Query(description="only hosts with this status")] = None,
+                after: Annotated[str | None, Query(
+                    max_length=64, description="start after this host (the last id of the "
+                                               "page before)")] = None,
+                limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE, description=(
+                    "at most this many hosts"))] = None) -> Response:
+    """GPU hosts as their agents report them (status, heartbeat, each GPU's health), in
+    lab-file order; ``status``, ``after`` and ``limit`` page through them (the next page
+    starts after the last id of this one; a page shorter than ``limit`` is the last)."""
+    monitor = services.hosts
+    if after is not None and after not in monitor.hosts:
+        raise HTTPException(404, f"after: no host {after!r} in the lab file")
+    # Each host's JSON is kept between changes (labd.hosts.monitor): no serialisation of
+    # the fleet here, and no validation of what the monitor has already checked.
+    chosen = None if status is None and after is None and limit is None else \
+        monitor.select(status, after, limit)
+    return Response(monitor.as_json(chosen), media_type="application/json")
 
 
 @router.post("/v1/agents/{host}/{kind}", **AGENT, status_code=202)

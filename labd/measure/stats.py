@@ -1,0 +1,111 @@
+"""How sure a figure is: how many values a percentile needs, and bootstrap confidence
+intervals on the difference between two runs' percentiles, with a verdict in words.
+
+A percentile q needs at least ``100 / (100 - q)`` values before one of them lies above it
+(2 for a p50, 10 for a p90, 100 for a p99); from fewer it is only the largest value or
+between the two largest, and is called what it is instead of being reported as a p99.
+
+The intervals are percentile bootstraps: each run's values are resampled with replacement
+(``RESAMPLES`` times, from a fixed seed so that the same runs always read the same), the
+percentile taken of each resample, and the 2.5th and 97.5th percentiles of B's minus A's
+are the 95 % interval of the difference. A bootstrap sees only the spread within each run,
+not how a machine's load differs from one run to the next, so a difference smaller than a
+floor (``noise_ms``) is called noise even where the interval excludes zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Resamples per interval: enough that the 2.5th and 97.5th percentiles of the resampled
+#: differences move by well under the figures' printed precision from seed to seed.
+RESAMPLES = 2000
+#: The resampling seed: the same two runs give the same interval every time they are compared.
+SEED = 20
+#: A difference smaller than this (ms) is no difference, whatever its interval says.
+NOISE_MS = 0.5
+#: Resamples drawn at once (keeps memory bounded for runs of many thousand rows).
+_CHUNK = 250
+#: Between the ends of a range, and in a cell with nothing to show.
+DASH = "\N{EN DASH}"
+
+
+def needed(q: float) -> int:
+    """The fewest values from which the q-th percentile is more than the top value or two:
+    one value in ``100 - q`` hundredths must lie above it."""
+    return math.ceil(100 / (100 - q) - 1e-9) if q < 100 else 1
+
+
+def enough(n: int, q: float) -> bool:
+    return n >= needed(q)
+
+
+def bootstrap_difference(a: Sequence[float], b: Sequence[float], q: float, *,
+                         resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float]:
+    """The 95 % interval of (B's q-th percentile - A's), by resampling each run."""
+    rng = np.random.default_rng(seed)
+    first, second = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    differences = []
+    for start in range(0, resamples, _CHUNK):
+        size = min(_CHUNK, resamples - start)
+        pick_a = rng.integers(0, len(first), size=(size, len(first)))
+        pick_b = rng.integers(0, len(second), size=(size, len(second)))
+        differences.append(np.percentile(second[pick_b], q, axis=1)
+                           - np.percentile(first[pick_a], q, axis=1))
+    spread = np.concatenate(differences)
+    low, high = np.percentile(spread, [2.5, 97.5])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure's percentile in two runs, and what can be said of the difference."""
+
+    q: float
+    n_a: int
+    n_b: int
+    a: float | None
+    """A's percentile; None where A has too few values for it (or none)."""
+    b: float | None
+    verdict: str
+    direction: int = 0
+    """+1 where B is slower beyond noise, -1 where faster, 0 otherwise."""
+    delta: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+def compare_values(a: Sequence[float], b: Sequence[float], q: float, *, names: tuple[str, str]
+                   = ("A", "B"), noise_ms: float = NOISE_MS, resamples: int = RESAMPLES,
+                   seed: int = SEED) -> Comparison:
+    """A's and B's q-th percentile and the verdict on the difference, in words: ``B is
+    slower by …`` or ``B is faster by …`` with the interval, ``no difference beyond
+    noise``, or why nothing can be said (too few values, or the figure in one run only)."""
+    from labd.vocabulary import percentile
+
+    n_a, n_b = len(a), len(b)
+    name = f"p{q:g}"
+    if not n_a or not n_b:
+        return Comparison(q, n_a, n_b, percentile(a, q) if enough(n_a, q) else None,
+                          percentile(b, q) if enough(n_b, q) else None,
+                          f"only in {names[0] if n_a else names[1]}")
+    short = [f"n = {n}" for n in dict.fromkeys((n_a, n_b)) if not enough(n, q)]
+    if short:
+        return Comparison(q, n_a, n_b, percentile(a, q) if enough(n_a, q) else None,
+                          percentile(b, q) if enough(n_b, q) else None,
+                          f"{' and '.join(short)}: too few for a {name} (needs {needed(q)})")
+    pa, pb = percentile(a, q), percentile(b, q)
+    delta = pb - pa
+    low, high = bootstrap_difference(a, b, q, resamples=resamples, seed=seed)
+    if low <= 0 <= high or abs(delta) < noise_ms:
+        return Comparison(q, n_a, n_b, pa, pb, f"no difference beyond noise (Δ {delta:+.3f}, "
+                          f"95 % CI {low:+.3f} to {high:+.3f})", 0, delta, low, high)
+    if delta > 0:
+        return Comparison(q, n_a, n_b, pa, pb, f"{names[1]} is slower by {delta:.3f} ms "
+                          f"(95 % CI {low:.3f}{DASH}{high:.3f})", 1, delta, low, high)
+    return Comparison(q, n_a, n_b, pa, pb, f"{names[1]} is faster by {-delta:.3f} ms "
+                      f"(95 % CI {-high:.3f}{DASH}{-low:.3f})", -1, delta, low, high)

@@ -1,0 +1,680 @@
+#!/usr/bin/env python3
+"""Benchmark: how many GPU hosts one daemon holds, at 1 s heartbeats.
+
+For each size N (default 1,024, 2,048 and 4,096 hosts of 8 GPUs each), a private Mosquitto
+on a free loopback port, a daemon (``labd run``, pinned to core 0 with ``taskset -c 0``) on a
+lab file generated with N hosts, and, in this process (on the other cores), N agents'
+exact MQTT traffic: one broker connection per host, its sealed ``status`` (``online``, with
+the sealed ``offline`` last will), the first report of every GPU's verdict, then a sealed
+heartbeat every interval, the hosts spread evenly over it. The payloads are the real
+agent's (``labd.agent.agent.Agent``: its snapshot, its events, its stamp), sealed with each
+host's key as the agent seals them.
+
+During the measured window (``--seconds``, 60 by default) it injects real failures (a GPU
+turning ``failed``: the agent's event, then heartbeats that say so) and host deaths, half of
+them silent (heartbeats stop, the connection stays) and half by last will (the connection
+is cut without a goodbye, and the broker publishes the will). A client process of its own
+asks ``GET /v1/hosts`` (the whole fleet) and ``GET /v1/hosts?status=lost&limit=100`` (the
+paged form) four times a second. It prints per N:
+
+- the daemon's CPU (of one core) over the window, from /proc;
+- the daemon's event-loop lag p99 (its ``labd_event_loop_lag_seconds`` histogram over the
+  window; the bucket the 99th percentile falls in);
+- ``GET /v1/hosts`` p50/p99 and the paged form's, ms;
+- false losses: ``host.lost`` for hosts that never stopped (target: 0 at 4,096);
+- real deaths found, and the p99 of death → ``host.lost`` in intervals (target: ≤ 1.5);
+- failures reported: GPU failures → ``gpu.health`` failed, and its p99 in ms;
+- ``hosts.unsure`` events (the daemon saying it was too far behind to judge).
+
+Usage: python scripts/bench_hosts.py [--hosts 1024,2048,4096] [--seconds 60]
+                                    [--deaths 8] [--failures 8] [--py-spy FILE] [--json FILE]
+
+``--py-spy FILE`` records the daemon with py-spy (raw, 200 Hz), one file per size
+(``FILE.N``). Figures from a shared machine are provisional: the daemon has core 0 to itself
+only where nothing else runs there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from labd.agent.agent import Agent
+from labd.agent.backends import EmulatedBackend
+from labd.agent.links import client_id
+from labd.mqtt.credentials import BusSettings, Credentials
+from labd.mqtt.envelope import Sealer, new_key
+from labd.mqtt.topics import host_root, lab_root
+from labd.vocabulary import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "bench-hosts"
+LAB = "bench-hosts"
+INSTANCE = "bench"
+INTERVAL_S = 1.0
+GPUS = 8
+KEEPALIVE_S = 60
+#: How long the fleet takes to connect: hosts of a pod boot over seconds, not in one instant.
+RAMP_S = 5.0
+#: After the fleet is online, before the window: the start-up burst (every GPU's first
+#: verdict) worked through.
+SETTLE_S = 5.0
+#: How often the client process asks for the hosts.
+GET_EVERY_S = 0.25
+
+
+# -- MQTT 3.1.1, just what an agent sends -------------------------------------------------
+
+def _length(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _text(value: str | bytes) -> bytes:
+    raw = value.encode() if isinstance(value, str) else value
+    return struct.pack("!H", len(raw)) + raw
+
+
+def connect_packet(identifier: str, will_topic: str, will: bytes) -> bytes:
+    # Clean session, a QoS 1 retained will: what aiomqtt sends for the agent.
+    flags = 0x02 | 0x04 | (1 << 3) | 0x20
+    body = _text("MQTT") + bytes([4, flags]) + struct.pack("!H", KEEPALIVE_S) + \
+        _text(identifier) + _text(will_topic) + _text(will)
+    return b"\x10" + _length(len(body)) + body
+
+
+def publish_packet(topic: str, payload: bytes, *, qos: int = 0, retain: bool = False,
+                   packet_id: int = 1) -> bytes:
+    body = _text(topic) + (struct.pack("!H", packet_id) if qos else b"") + payload
+    return bytes([0x30 | (qos << 1) | int(retain)]) + _length(len(body)) + body
+
+
+def subscribe_packet(topic: str, packet_id: int) -> bytes:
+    body = struct.pack("!H", packet_id) + _text(topic) + b"\x01"
+    return b"\x82" + _length(len(body)) + body
+
+
+PINGREQ = b"\xc0\x00"
+
+
+class _Wire(asyncio.Protocol):
+    """One host's broker connection; what the broker sends (acks, pongs) is read and
+    dropped."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.acked = asyncio.Event()
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.acked.is_set() and data[:1] == b"\x20":
+            self.acked.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+
+
+# -- the fleet -------------------------------------------------------------------------------
+
+@dataclass
+class FakeHost:
+    """One agent's traffic: the real agent's messages, sent on a connection of its own."""
+
+    id: str
+    key: bytes
+    agent: Agent
+    backend: EmulatedBackend
+    prefix: str
+    wire: _Wire | None = None
+    sealer: Sealer | None = None
+    packet_id: int = 0
+    heartbeat: tuple[str, str, str] = ("", "", "")
+    """The heartbeat's JSON around its two stamps (at_ns, sent_ns)."""
+    silent: bool = False
+    last_sent_ns: int = 0
+    last_ping: float = 0.0
+
+    def _next_id(self) -> int:
+        self.packet_id = self.packet_id % 65535 + 1
+        return self.packet_id
+
+    def send(self, kind: str, body: bytes, *, qos: int) -> None:
+        assert self.wire is not None and self.wire.transport is not None and self.sealer
+        topic = f"{self.prefix}/{kind}"
+        self.wire.transport.write(publish_packet(
+            topic, self.sealer.seal(topic, body), qos=qos, retain=kind == "status",
+            packet_id=self._next_id()))
+
+    async def connect(self, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        _, wire = await loop.create_connection(_Wire, "127.0.0.1", port)
+        self.wire, self.sealer = wire, Sealer(self.id, self.key)
+        will = self.sealer.seal(f"{self.prefix}/status", b"offline", last=True)
+        assert wire.transport is not None
+        wire.transport.write(connect_packet(client_id(self.prefix, self.key),
+                                            f"{self.prefix}/status", will))
+        async with asyncio.timeout(30):
+            await wire.acked.wait()
+        self.send("status", b"online", qos=1)
+        wire.transport.write(subscribe_packet(f"{self.prefix}/job", self._next_id()))
+        await self.report()
+
+    async def report(self) -> int:
+        """As the agent's report loop: every verdict that changed as an event (in order),
+        then the heartbeat; returns when the first event was stamped."""
+        snap = await self.agent.snapshot()
+        verdicts = snap.pop("_verdicts")
+        stamped = 0
+        for index, verdict in sorted(verdicts.items()):
+            before = self.agent.verdicts.get(index)
+            if before is None or before.health != verdict.health:
+                event = {"host": self.id, "at_ns": time.monotonic_ns(), **{
+                    "gpu": index, "health": verdict.health.value,
+                    "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
+                    "since_ns": self.backend.since_ns(index),
+                    "was": before.health.value if before else None}}
+                stamped = stamped or event["at_ns"]
+                self.send("events", self.agent.stamp(event), qos=1)
+        self.agent.verdicts = verdicts
+        snap["nics"] = {}
+        # The heartbeat as the agent stamps it, with its two stamps left open.
+        text = json.dumps({**snap, "at_ns": 111_111_111_111_111_111,
+                           "sent_ns": 222_222_222_222_222_222})
+        head, rest = text.split("111111111111111111")
+        middle, tail = rest.split("222222222222222222")
+        self.heartbeat = (head, middle, tail)
+        self.beat()
+        return stamped
+
+    def beat(self) -> None:
+        now = time.monotonic_ns()
+        head, middle, tail = self.heartbeat
+        self.send("heartbeat", f"{head}{now}{middle}{now}{tail}".encode(), qos=0)
+        self.last_sent_ns = now
+
+    def cut(self) -> None:
+        """Death by last will: the connection goes without a goodbye."""
+        assert self.wire is not None and self.wire.transport is not None
+        self.wire.transport.abort()
+
+
+@dataclass
+class Fleet:
+    hosts: list[FakeHost]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    beats: int = 0
+    behind_ms: list[float] = field(default_factory=list)
+
+    async def play(self) -> None:
+        """Every host's heartbeat once an interval, host i at i/N of it; a silent host only
+        keeps its connection (a ping within the keepalive)."""
+        count = len(self.hosts)
+        step_ns = int(INTERVAL_S * 1e9) // count
+        start = time.monotonic_ns()
+        i = 0
+        while not self.stop.is_set():
+            due = start + i * step_ns
+            now = time.monotonic_ns()
+            if due > now:
+                await asyncio.sleep((due - now) / 1e9)
+                continue
+            self.behind_ms.append((now - due) / 1e6)
+            # Everything due by now, then back to the loop (acks, the test's own tasks).
+            sent = 0
+            while due <= now and sent < 256:
+                host = self.hosts[i % count]
+                if host.wire is not None and not host.wire.closed:
+                    if not host.silent:
+                        host.beat()
+                        self.beats += 1
+                    elif time.monotonic() - host.last_ping > KEEPALIVE_S / 2:
+                        assert host.wire.transport is not None
+                        host.wire.transport.write(PINGREQ)
+                        host.last_ping = time.monotonic()
+                i += 1
+                sent += 1
+                due = start + i * step_ns
+            await asyncio.sleep(0)
+
+
+def make_fleet(n: int, keys: dict[str, bytes], bus: BusSettings) -> list[FakeHost]:
+    out = []
+    for index, (host, key) in enumerate(keys.items()):
+        backend = EmulatedBackend(count=GPUS, seed=index)
+        agent = Agent(lab=LAB, host=host, backend=backend, mqtt=bus.for_host(host),
+                      interval=INTERVAL_S, expected_gpus=GPUS)
+        out.append(FakeHost(host, key, agent, backend, host_root(LAB, host, INSTANCE)))
+    assert len(out) == n
+    return out
+
+
+def host_ids(n: int) -> list[str]:
+    return [f"h{i:05d}" for i in range(n)]
+
+
+def lab_text(n: int) -> str:
+    hosts = "".join(f'\n[[host]]\nid = "{h}"\ngpus = {GPUS}\nheartbeat_s = {INTERVAL_S}\n'
+                    f'rack = "r{i // 32:03d}"\n' for i, h in enumerate(host_ids(n)))
+    return f'[lab]\nname = "{LAB}"\n{hosts}'
+
+
+# -- the daemon and the broker ---------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_port(port: int, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench_hosts: {what} did not listen on port {port} within "
+                                 f"{timeout:.0f} s") from None
+            await asyncio.sleep(0.1)
+
+
+def pinned(cores: str) -> list[str]:
+    return ["taskset", "-c", cores] if shutil.which("taskset") and os.cpu_count() else []
+
+
+def other_cores() -> str:
+    count = os.cpu_count() or 1
+    return ",".join(str(c) for c in range(1, count)) if count > 1 else "0"
+
+
+@contextlib.asynccontextmanager
+async def broker(folder: Path) -> AsyncIterator[int]:
+    """A private Mosquitto on a free port: the lab's broker (1883) is not disturbed."""
+    if shutil.which("mosquitto") is None:
+        raise SystemExit("bench_hosts: needs Mosquitto (mosquitto on PATH)")
+    port = free_port()
+    conf = folder / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
+                    "persistence false\nmax_queued_messages 100000\n", encoding="utf-8")
+    process = spawn([*pinned(other_cores()), "mosquitto", "-c", str(conf)])
+    try:
+        await wait_port(port, "Mosquitto", 30)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def spawn(command: list[str], *, env: dict[str, str] | None = None,
+          log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """A process of the run's (the broker, the daemon): started at once, stopped by us."""
+    return subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def metrics(port: int) -> str:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    return data.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+
+
+def series(text: str, name: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def lag_p99_ms(before: str, after: str) -> float | None:
+    """The upper bound of the bucket the window's 99th percentile of loop lag falls in."""
+    name = "labd_event_loop_lag_seconds_bucket"
+    a, b = series(before, name), series(after, name)
+    buckets = sorted(((float(k.split('le="')[1].split('"')[0]), b[k] - a.get(k, 0.0))
+                      for k in b), key=lambda x: x[0])
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    for bound, count in buckets:
+        if count >= 0.99 * total:
+            return bound * 1e3
+    return None
+
+
+async def wait_online(port: int, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        online = series(await metrics(port), 'labd_hosts{status="online"}')
+        if sum(online.values()) >= n:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench_hosts: only {sum(online.values()):.0f} of {n} hosts "
+                             f"online after {timeout:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+#: The API's client, a process of its own (a client in this loop would be timed with the
+#: fleet's work): GET the whole fleet and the paged form in turn, latencies as JSON at end.
+GETTER = """
+import http.client, json, sys, time
+port, token, every, seconds = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+head = {"Authorization": f"Bearer {token}"}
+out = {"full": [], "paged": [], "bytes": 0, "errors": 0}
+end = time.monotonic() + seconds
+turn = 0
+while time.monotonic() < end:
+    path, key = (("/v1/hosts", "full"), ("/v1/hosts?status=lost&limit=100", "paged"))[turn % 2]
+    turn += 1
+    start = time.perf_counter()
+    try:
+        conn.request("GET", path, headers=head)
+        response = conn.getresponse()
+        body = response.read()
+        took = (time.perf_counter() - start) * 1e3
+        if response.status == 200:
+            out[key].append(took)
+            out["bytes"] = max(out["bytes"], len(body)) if key == "full" else out["bytes"]
+        else:
+            out["errors"] += 1
+    except OSError:
+        out["errors"] += 1
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    time.sleep(max(0.0, every - (time.perf_counter() - start)))
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Point:
+    hosts: int
+    cpu_pct: float
+    lag_p99_ms: float | None
+    get_p50_ms: float
+    get_p99_ms: float
+    paged_p50_ms: float
+    paged_p99_ms: float
+    get_bytes: int
+    false_losses: int
+    deaths: int
+    deaths_found: int
+    deaths_in_time: int
+    death_p99_intervals: float | None
+    failures: int
+    failures_reported: int
+    failure_p99_ms: float | None
+    unsure: int
+    beats: int
+    generator_behind_p99_ms: float
+
+    def figures(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items() if v is not None}
+
+
+async def point(n: int, seconds: float, deaths: int, failures: int,
+                profile: Path | None) -> Point:
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as scratch:
+        folder = Path(scratch)
+        lab = folder / "lab.toml"
+        lab.write_text(lab_text(n), encoding="utf-8")
+        keys = {h: new_key() for h in host_ids(n)}
+        creds = folder / "daemon.toml"
+        Credentials(hosts=keys).write(creds)
+        async with broker(folder) as mqtt_port:
+            url = f"mqtt://127.0.0.1:{mqtt_port}"
+            api_port = free_port()
+            command = [sys.executable, "-m", "labd", "run", str(lab), "--db",
+                       str(folder / "labd.sqlite"), "--port", str(api_port), "--mqtt", url,
+                       "--mqtt-credentials", str(creds), "--instance", INSTANCE]
+            command = [*pinned("0"), *command]
+            if profile is not None:  # py-spy itself keeps off the daemon's core
+                spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+                command = [spy, "record", "-r", "200", "-f", "raw", "-o", f"{profile}.{n}",
+                           "--", *command]
+            env = {**os.environ, "LABD_TOKEN": TOKEN}
+            log = (folder / "daemon.log").open("wb")
+            daemon = spawn(command, env=env, log=log)
+            try:
+                await wait_port(api_port, "the daemon", 120)
+                pid = daemon_pid(daemon.pid)
+                return await measure(n, seconds, deaths, failures, mqtt_port, api_port, pid,
+                                     BusSettings(url, INSTANCE).with_keys(hosts=keys))
+            finally:
+                daemon.send_signal(2)
+                try:
+                    daemon.wait(60)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                    daemon.wait()
+                log.close()
+                if daemon.returncode not in (0, -2, 130) or os.environ.get("BENCH_HOSTS_LOG"):
+                    print((folder / "daemon.log").read_text(errors="replace")[-3000:],
+                          file=sys.stderr)
+
+
+def daemon_pid(pid: int) -> int:
+    """The daemon's own process: under py-spy, its child (taskset execs in place)."""
+    if b"py-spy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        deadline = time.monotonic() + 30
+        while not (kids := Path(f"/proc/{pid}/task/{pid}/children").read_text().split()):
+            if time.monotonic() > deadline:
+                raise SystemExit("bench_hosts: py-spy started no daemon")
+            time.sleep(0.05)
+        return int(kids[0])
+    return pid
+
+
+async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port: int,
+                  api_port: int, pid: int, bus: BusSettings) -> Point:
+    hosts = make_fleet(n, bus.credentials.hosts, bus)
+    root = lab_root(LAB, INSTANCE)
+    events: list[dict[str, Any]] = []
+    listening = asyncio.Event()
+
+    async def listen() -> None:
+        async with aiomqtt.Client("127.0.0.1", mqtt_port, ) \
+                as client:
+            for kind in ("host.lost", "host.status", "hosts.unsure", "gpu.health", "warning"):
+                await client.subscribe(f"{root}/events/{kind}")
+            listening.set()
+            async for message in client.messages:
+                body = message.payload
+                if isinstance(body, bytes):
+                    events.append(json.loads(body))
+
+    listener = asyncio.create_task(listen())
+    await listening.wait()
+    # Hosts come up over RAMP_S, each with its first report (every GPU's verdict).
+    per = RAMP_S / n
+    started = time.monotonic()
+    for i, host in enumerate(hosts):
+        await host.connect(mqtt_port)
+        ahead = started + (i + 1) * per - time.monotonic()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+    fleet = Fleet(hosts)
+    player = asyncio.create_task(fleet.play())
+    try:
+        await wait_online(api_port, n, 120)
+        await asyncio.sleep(SETTLE_S)
+        events.clear()
+        getter = await asyncio.create_subprocess_exec(
+            *pinned(other_cores()), sys.executable, "-c", GETTER, str(api_port), TOKEN,
+            str(GET_EVERY_S), str(seconds), stdout=asyncio.subprocess.PIPE)
+        fleet.beats = 0
+        fleet.behind_ms.clear()
+        before, cpu_before, wall_before = await metrics(api_port), cpu_seconds(pid), \
+            time.monotonic()
+        # Injections spread over the window, the last leaving time to be found.
+        victims = random.Random(n).sample(hosts, deaths + failures)
+        dying, failing = victims[:deaths], victims[deaths:]
+        plan = sorted(
+            [(seconds * 0.1 + (seconds * 0.7) * k / max(1, deaths), "die", h)
+             for k, h in enumerate(dying)]
+            + [(seconds * 0.15 + (seconds * 0.7) * k / max(1, failures), "fail", h)
+               for k, h in enumerate(failing)], key=lambda x: x[0])
+        killed: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        for at, what, host in plan:
+            wait = wall_before + at - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if what == "fail":
+                host.backend.fail(3, "ecc")
+                failed[host.id] = await host.report()
+            elif len(killed) % 2:
+                host.cut()
+                killed[host.id] = time.monotonic_ns()
+            else:
+                host.silent = True
+                killed[host.id] = time.monotonic_ns()
+        await asyncio.sleep(max(0.0, wall_before + seconds - time.monotonic()))
+        after, cpu_after, wall_after = await metrics(api_port), cpu_seconds(pid), \
+            time.monotonic()
+        out, _ = await getter.communicate()
+        got = json.loads(out)
+    finally:
+        fleet.stop.set()
+        await player
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        for host in hosts:
+            if host.wire is not None and host.wire.transport is not None:
+                host.wire.transport.close()
+    lost = [e for e in events if e.get("kind") == "host.lost"]
+    false = [e for e in lost if e["data"]["host"] not in killed]
+    found: dict[str, int] = {}
+    for e in lost:
+        found.setdefault(e["data"]["host"], e["at_ns"])
+    delays = [(found[h] - at) / 1e9 / INTERVAL_S for h, at in killed.items() if h in found]
+    reported = {}
+    for e in events:
+        data = e.get("data", {})
+        if e.get("kind") == "gpu.health" and data.get("health") == "failed":
+            reported.setdefault(data["host"], e["at_ns"])
+    failure_ms = [(reported[h] - at) / 1e6 for h, at in failed.items() if h in reported]
+    full, paged = got["full"] or [float("nan")], got["paged"] or [float("nan")]
+    return Point(
+        hosts=n, cpu_pct=100 * (cpu_after - cpu_before) / (wall_after - wall_before),
+        lag_p99_ms=lag_p99_ms(before, after),
+        get_p50_ms=percentile(full, 50), get_p99_ms=percentile(full, 99),
+        paged_p50_ms=percentile(paged, 50), paged_p99_ms=percentile(paged, 99),
+        get_bytes=got["bytes"], false_losses=len(false), deaths=len(killed),
+        deaths_found=len(delays), deaths_in_time=sum(d <= 1.5 for d in delays),
+        death_p99_intervals=percentile(delays, 99) if delays else None,
+        failures=len(failed), failures_reported=len(failure_ms),
+        failure_p99_ms=percentile(failure_ms, 99) if failure_ms else None,
+        unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=fleet.beats,
+        generator_behind_p99_ms=percentile(fleet.behind_ms or [0.0], 99))
+
+
+def show(points: list[Point], seconds: float) -> None:
+    print(f"GPU hosts ({GPUS} GPUs each, {INTERVAL_S:g} s heartbeats) on one daemon pinned to "
+          f"core 0, {seconds:g} s per size:")
+    head = (f"{'hosts':>6}{'CPU':>7}{'lag p99':>9}{'GET p50/p99':>16}{'paged p50/p99':>16}"
+            f"{'false':>7}{'deaths found':>14}{'p99':>7}{'failures':>10}{'p99':>8}{'unsure':>8}")
+    print(head)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+    for p in points:
+        print(f"{p.hosts:>6,}{p.cpu_pct:>6.0f}%{ms(p.lag_p99_ms):>6} ms"
+              f"{ms(p.get_p50_ms):>9}/{ms(p.get_p99_ms):<6}"
+              f"{ms(p.paged_p50_ms):>9}/{ms(p.paged_p99_ms):<6}"
+              f"{p.false_losses:>7}{p.deaths_in_time:>7}/{p.deaths:<2} in 1.5"
+              f"{'-' if p.death_p99_intervals is None else f'{p.death_p99_intervals:.2f}':>7}"
+              f"{p.failures_reported:>7}/{p.failures:<2}{ms(p.failure_p99_ms):>6}ms"
+              f"{p.unsure:>8}")
+    print("   CPU: the daemon's, of one core; lag: event loop, p99 bucket; GET: /v1/hosts, "
+          "whole fleet (ms); paged: ?status=lost&limit=100 (ms); false: host.lost for hosts "
+          "that never stopped (target 0); deaths: host.lost within 1.5 intervals of the "
+          "death / deaths, and the p99 in intervals; failures: gpu.health failed reported / "
+          "injected, p99 ms; unsure: hosts.unsure events")
+    for p in points:
+        print(f"   {p.hosts:,} hosts: {p.beats:,} heartbeats in the window, generator behind "
+              f"p99 {p.generator_behind_p99_ms:.1f} ms, /v1/hosts {p.get_bytes / 1024:,.0f} KiB")
+
+
+async def main(sizes: list[int], seconds: float, deaths: int, failures: int,
+               profile: Path | None) -> dict[str, float]:
+    if len(os.sched_getaffinity(0)) > 1:
+        # The fleet keeps off the daemon's core.
+        os.sched_setaffinity(0, {int(c) for c in other_cores().split(",")})
+    points = []
+    for n in sizes:
+        points.append(await point(n, seconds, deaths, failures, profile))
+    show(points, seconds)
+    figures: dict[str, float] = {"seconds": seconds, "interval_s": INTERVAL_S}
+    for p in points:
+        figures |= {f"hosts{p.hosts}_{k}": v for k, v in p.figures().items() if k != "hosts"}
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", default="1024,2048,4096",
+                        help="sizes, comma-separated (default 1024,2048,4096)")
+    parser.add_argument("--seconds", type=float, default=60.0,
+                        help="the measured window per size (default 60)")
+    parser.add_argument("--deaths", type=int, default=8,
+                        help="hosts that die in the window, half silent, half by last will")
+    parser.add_argument("--failures", type=int, default=8,
+                        help="GPUs that turn failed in the window (one per host)")
+    parser.add_argument("--py-spy", type=Path, metavar="FILE", dest="profile",
+                        help="record the daemon with py-spy into FILE.<hosts> (raw)")
+    parser.add_argument("--json", type=Path, metavar="FILE",
+                        help="also write the figures to FILE as a flat JSON object")
+    args = parser.parse_args()
+    try:
+        sizes = [int(s) for s in args.hosts.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"bench_hosts: --hosts {args.hosts!r}: expected numbers, "
+                         "comma-separated") from None
+    if not sizes or min(sizes) < 2 or args.seconds <= 0:
+        raise SystemExit("bench_hosts: give at least 2 hosts per size and --seconds above 0")
+    if args.deaths + args.failures > min(sizes):
+        raise SystemExit("bench_hosts: more deaths and failures than hosts")
+    # The standard loop: the fleet is many small writes, the same on either.
+    figures = asyncio.run(main(sizes, args.seconds, args.deaths, args.failures,
+                               args.profile))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")

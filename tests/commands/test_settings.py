@@ -1,0 +1,164 @@
+"""The daemon's settings in one place: defaults, the settings file, LABD_* and flags, each
+over the one before; `labd config show` says where each value came from; a bad value is
+one message naming the setting and its source."""
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from labd import deadlines
+from labd.settings import NAMES, SettingsError, daemon_table, env_name, mask_url, resolve
+from tests.labs import switch, write_lab
+
+LABD = [sys.executable, "-m", "labd"]
+
+
+async def labd(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    # Only the variables the test sets, of those labd reads: the suite's own environment
+    # may hold LABD_* of its own.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LABD_")}
+    proc = await asyncio.create_subprocess_exec(
+        *LABD, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**base, "COLUMNS": "200", **(env or {})})
+    try:
+        async with asyncio.timeout(deadlines.current().of("process_ready")):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def test_each_source_over_the_one_before() -> None:
+    resolved = resolve(
+        files=[("lab.toml", {"port": 9001, "db": "lab.sqlite", "host": "10.0.0.1"}),
+               ("labd.toml", {"port": 9002})],
+        env={"LABD_DB": "env.sqlite", "LABD_HOST": "10.0.0.2", "LABD_MQTT": " "},
+        flags={"host": "10.0.0.3", "mqtt": None})
+    s = resolved.settings
+    assert (s.port, s.db, s.host, s.mqtt) == (9002, "env.sqlite", "10.0.0.3", None)
+    assert resolved.where["port"] == "file labd.toml"  # the installation's over the lab's
+    assert resolved.where["db"] == "env LABD_DB"
+    assert resolved.where["host"] == "flag --host"
+    # An empty variable and an option not given leave the default.
+    assert resolved.source("mqtt") == "default" and resolved.source("restore") == "default"
+    assert (s.lease_renew_s, s.lease_ttl_s, s.ha_url) == (0.5, 2.0, None)
+
+
+def test_environment_values_are_read_as_their_types() -> None:
+    s = resolve(env={"LABD_PORT": "8471", "LABD_OPEN_READS": "true", "LABD_RESTORE": "0",
+                     "LABD_WATCH_INTERVAL_S": "0.5", "LABD_LOG_FORMAT": "json"}).settings
+    assert (s.port, s.open_reads, s.restore, s.watch_interval_s, s.log_format) == (
+        8471, True, False, 0.5, "json")
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"env": {"LABD_PORT": "84x"}}, "setting port = '84x' (from env LABD_PORT)"),
+    ({"env": {"LABD_PORT": "70000"}}, "setting port = '70000' (from env LABD_PORT)"),
+    ({"files": [("a.toml", {"prot": 1})]}, "a.toml [daemon]: no setting 'prot' (did you "
+                                            "mean 'port'?)"),
+    ({"flags": {"log_level": "info,labd.fabric=loud"}},
+     "setting log_level = 'info,labd.fabric=loud' (from flag --log-level): 'loud' is no "
+     "level"),
+    ({"env": {"LABD_LEASE_RENEW_S": "3"}},
+     "lease_renew_s (3) must be shorter than lease_ttl_s (2)"),
+    ({"files": [("a.toml", {"tls_cert": "c.pem"})]}, "tls_cert and tls_key go together"),
+    ({"env": {"LABD_OPEN_READS": "perhaps"}}, "(from env LABD_OPEN_READS)"),
+])
+def test_a_bad_value_names_the_setting_and_its_source(kwargs: dict, expected: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        resolve(**kwargs)
+    assert expected in str(caught.value)
+
+
+def test_settings_files_and_their_mistakes(tmp_path: Path) -> None:
+    good = tmp_path / "labd.toml"
+    good.write_text('[daemon]\nport = 9100\nmqtt = "mqtt://broker:1883"\n')
+    assert daemon_table(good, required=True) == {"port": 9100, "mqtt": "mqtt://broker:1883"}
+    flat = tmp_path / "flat.toml"
+    flat.write_text("port = 9100\n")
+    with pytest.raises(SettingsError, match=r"flat.toml: the settings go under a \[daemon\]"):
+        daemon_table(flat, required=True)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[daemon\nport = 1\n")
+    with pytest.raises(SettingsError, match=r"broken\.toml: not a TOML file"):
+        daemon_table(broken)
+    with pytest.raises(SettingsError, match=r"missing\.toml: no such settings file"):
+        daemon_table(tmp_path / "missing.toml")
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[lab]\nname = "x"\n')
+    assert daemon_table(lab) is None  # a lab file without [daemon] has no settings
+
+
+def test_passwords_in_urls_are_masked() -> None:
+    assert mask_url("postgresql://labd:hunter2@db:5432/labd") == \
+        "postgresql://labd:***@db:5432/labd"
+    assert mask_url("mqtt://broker:1883") == "mqtt://broker:1883"
+    shown = resolve(env={"LABD_DB": "postgresql://labd:hunter2@db/labd"}).shown("db")
+    assert "hunter2" not in shown and "labd:***@db" in shown
+
+
+@given(st.sampled_from(NAMES), st.text(max_size=40))
+def test_any_environment_value_is_a_setting_or_one_clear_message(name: str,
+                                                                 raw: str) -> None:
+    try:
+        resolved = resolve(env={env_name(name): raw})
+    except SettingsError as exc:
+        message = str(exc)
+        assert message.startswith("bad settings:")
+        assert env_name(name) in message  # names where the bad value came from
+    else:
+        if raw.strip():
+            assert resolved.source(name) == "env"
+        else:
+            assert resolved.source(name) == "default"
+
+
+async def test_config_show_says_where_each_setting_came_from(tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "cfg", switch())
+    config = tmp_path / "labd.toml"
+    config.write_text('[daemon]\nport = 9123\nlog_format = "json"\n')
+    code, out, err = await labd(
+        "config", "show", str(lab), "--config", str(config), "--host", "0.0.0.0", "--json",
+        env={"LABD_DB": "postgresql://labd:db-pass-77@db/labd", "LABD_TOKEN": "tok-show-88"})
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["port"] == {"value": "9123", "source": "file", "from": f"file {config}"}
+    assert shown["db"] == {"value": "postgresql://labd:***@db/labd", "source": "env",
+                           "from": "env LABD_DB"}
+    assert shown["host"] == {"value": "0.0.0.0", "source": "flag", "from": "flag --host"}
+    assert shown["log_format"]["source"] == "file"
+    assert shown["mqtt"] == {"value": "(none)", "source": "default", "from": "default"}
+    assert shown["token"]["value"] == "***"
+    assert "db-pass-77" not in out + err and "tok-show-88" not in out + err
+    # The table a person reads says the same.
+    code, out, err = await labd("config", "show", "--config", str(config), "--port", "9200",
+                                env={"LABD_HOST": "10.1.2.3"})
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert rows["port"][1:3] == ["9200", "flag"]
+    assert rows["host"][1:3] == ["10.1.2.3", "env"]
+    assert rows["log_format"][1:3] == ["json", "file"]
+    assert rows["restore"][1:3] == ["true", "default"]
+
+
+async def test_bad_settings_stop_labd_run_with_one_message(tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "cfg", switch())
+    code, out, err = await labd("run", str(lab), "--db", str(tmp_path / "s.sqlite"),
+                                env={"LABD_PORT": "eighty"})
+    assert code == 2
+    assert "setting port = 'eighty' (from env LABD_PORT)" in err
+    assert "Traceback" not in err + out
+    config = tmp_path / "bad.toml"
+    config.write_text('[daemon]\nlease_ttl_s = "soon"\n')
+    code, out, err = await labd("run", str(lab), "--config", str(config))
+    assert code == 2 and f"(from file {config})" in err.replace("\n", "")
+    assert "Traceback" not in err + out
