@@ -85,6 +85,11 @@ class LabApp(App[None]):
             self.matrix)}
         self.lab: str | None = None
         """The lab's name, as the daemon gives it (GET /v1/health)."""
+        self.daemons: list[str] = [self.client.url]
+        """The lab's daemons met so far (``--ha``: the leader and its standbys): when the
+        one followed goes, the next is tried."""
+        self.lab_endpoints: list[str] = []
+        """The lab's endpoints (GET /v1/endpoints), offered as ``c``'s fields are typed."""
         self.changes = Changes(self, self.client, self._announce, self.action_goto)
 
     @property
@@ -126,14 +131,20 @@ class LabApp(App[None]):
                     if not self.is_running:
                         return  # closing: the tabs are being taken down
                     if message.get("kind") == "snapshot":
-                        await self._resync(message)
+                        if not await self._resync(message):
+                            delay = 0.0  # moved to the leader: at once
+                            break
                         delay = 0.5
                     else:
                         await self._apply(message)
             except DaemonError as exc:
                 self._mark_stale(str(exc))
+                if len(self.daemons) > 1:  # the leader gone: another may lead now
+                    at = self.daemons.index(self.client.url) if (
+                        self.client.url in self.daemons) else -1
+                    self.client.move(self.daemons[(at + 1) % len(self.daemons)])
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(max(delay, 0.25) * 2, 5.0)
 
     def _mark_stale(self, why: str) -> None:
         if self.stale_since is None:
@@ -143,13 +154,25 @@ class LabApp(App[None]):
         since = time.strftime("%H:%M:%S", time.localtime(self.stale_since))
         self.sub_title = f"STALE since {since}: {why} (last picture kept; retrying)"
 
-    async def _resync(self, snapshot: dict[str, Any]) -> None:
+    async def _resync(self, snapshot: dict[str, Any]) -> bool:
         """A fresh picture: every switch's ports, the hosts, the latest failover, the
-        recent reconfigurations."""
+        recent reconfigurations; False instead where the daemon is a standby that names
+        its lab's leader (``--ha``), which the app then follows."""
         health = await self.client.get("/v1/health")
+        ha = health.get("ha") or {}
+        leader = ha.get("leader")
+        if ha.get("role") == "standby" and isinstance(leader, str) and leader and \
+                leader.rstrip("/") != self.client.url:
+            for url in (self.client.url, leader.rstrip("/")):
+                if url not in self.daemons:
+                    self.daemons.append(url)
+            self.sub_title = f"{self.client.url} stands by; following the leader at {leader}"
+            self.client.move(leader)
+            return False
         self.lab = str(health.get("lab") or "") or None
         # The lab first: several daemons on one machine differ by it, not by their port.
         self.title = f"labd · {self.lab}" if self.lab else "labd"
+        self.lab_endpoints = [str(e["id"]) for e in await self.client.get("/v1/endpoints")]
         await self.ports.load(sorted(snapshot.get("intended", {})))
         self._show_matrix()
         latest = await self.client.get("/v1/failovers", limit=1)
@@ -162,6 +185,7 @@ class LabApp(App[None]):
         self.screen.remove_class("stale")
         self.sub_title = f"{self.client.url} — live"
         self.synced.set()
+        return True
 
     async def _apply(self, event: dict[str, Any]) -> None:
         kind, data = event.get("kind", ""), event.get("data", {})
@@ -241,9 +265,9 @@ class LabApp(App[None]):
         self.changes.circuit(self.known_endpoints())
 
     def known_endpoints(self) -> list[str]:
-        """The endpoints the UI has heard of: the hosts' NICs, the jobs' members and
-        spares, and the ends of the circuits up now (the API lists no others)."""
-        found: set[str] = set()
+        """The lab's endpoints, and any the UI has heard of beside them (the hosts' NICs,
+        the jobs' members and spares, the ends of the circuits up now)."""
+        found: set[str] = set(self.lab_endpoints)
         for host in self.hosts.hosts:
             found.update(str(n) for n in host.get("nics", {}))
         for job in self.hosts.jobs:

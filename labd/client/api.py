@@ -45,6 +45,11 @@ class DaemonClient:
         self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=5,
                                        verify=self._ssl or True)
 
+    def move(self, url: str) -> None:
+        """Talk to the daemon at ``url`` from now on (the lab's leader, under ``--ha``)."""
+        self.url = url.rstrip("/")
+        self._http.base_url = httpx.URL(self.url)
+
     async def close(self) -> None:
         await self._http.aclose()
 

@@ -57,7 +57,7 @@ def emulate(
                 print(json.dumps({"id": host.id, "driver": "agent", "endpoint": mqtt}),
                       flush=True)
             if resolved is not None:
-                write_resolved(loaded, emulated, entries, resolved)
+                write_resolved(loaded, emulated, entries, resolved, [h.id for h in hosts])
             print(json.dumps({"ready": True, "control": emulated.control_url}), flush=True)
             try:
                 await stop.wait()

@@ -34,6 +34,7 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import aiomqtt
@@ -98,7 +99,8 @@ class Complaints:
         self._last[who] = now
         quiet = self._quiet.pop(who, 0)
         more = f" ({quiet} more refused since the last warning)" if quiet else ""
-        log.warning("MQTT: %s%s", detail, more)
+        log.warning("MQTT: %s%s", detail, more, extra={"host": who.removeprefix("host ")}
+                    if who.startswith("host ") else None)
         self.services.hub.publish("warning", {"detail": detail + more, "source": "mqtt"})
 
 
@@ -140,6 +142,10 @@ class MqttBridge:
         """Agent messages handled so far."""
         self.refused_commands = 0
         """Commands refused because :data:`MAX_COMMANDS` were in flight."""
+        self.leading: Callable[[], bool] = lambda: True
+        """Whether this daemon leads its lab (``--ha``): a standby only listens to the
+        hosts (its watchdog stays warm) and says nothing on the lab's topics."""
+        self._lead = asyncio.Event()
 
     async def wait_sessions(self, count: int, timeout: float) -> None:
         """Wait until the bridge has had ``count`` broker sessions."""
@@ -162,9 +168,17 @@ class MqttBridge:
         except aiomqtt.MqttError as exc:
             raise BusError(f"cannot reach host {host}: {exc}") from None
 
+    def lead(self) -> None:
+        """This daemon took the lead: the next session is the leader's (the lab's topics,
+        its state, commands and the last will), started at once."""
+        self._lead.set()
+
     async def say_offline(self) -> None:
-        """Say ``offline`` before leaving: a clean disconnect sends no last will."""
+        """Say ``offline`` before leaving: a clean disconnect sends no last will. Not said
+        by a daemon that does not lead (it would be false of the one that does)."""
         self._leaving = True
+        if not self.leading():
+            return
         if self._client is not None and self.connected.is_set():
             with contextlib.suppress(aiomqtt.MqttError):
                 await publish(self._client, f"{self.prefix}/daemon", "offline", qos=1,
@@ -184,11 +198,14 @@ class MqttBridge:
         delay = 0.1
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
+            leading = self.leading()
             try:
-                async with session(**self.settings.login(), will=will,
+                async with session(**self.settings.login(), will=will if leading else None,
                                    identifier=f"labd-{secrets.token_hex(4)}") as client:
                     delay = 0.1
-                    await self._session(client)
+                    await self._session(client, leading)
+            except _Leading:
+                continue  # at once, as the leader
             except aiomqtt.MqttError as exc:
                 log.warning("MQTT broker %s:%d: %s; retrying in %.1f s", self.host, self.port,
                             exc, delay)
@@ -202,18 +219,22 @@ class MqttBridge:
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, 10.0)
 
-    async def _session(self, client: aiomqtt.Client) -> None:
-        snapshot, subscription = self.services.hub.subscribe()
+    async def _session(self, client: aiomqtt.Client, leading: bool = True) -> None:
+        """One broker session. A standby's (not ``leading``) hears the hosts' topics and
+        the probe, publishes nothing on the lab's topics and takes no commands; it ends
+        (:class:`_Leading`) once the daemon leads."""
+        snapshot, subscription = self.services.hub.subscribe() if leading else ({}, None)
         self._client = client
         self._sealers = {host: Sealer("daemon", key)
                          for host, key in self.settings.credentials.hosts.items()}
         feed = HostFeed(self.settings, [f"{self.prefix}/hosts/+/+",
                                         f"{self.prefix}/daemon/probe"], self._take)
         try:
-            await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
-            await self._publish_state(client, snapshot)
-            await client.subscribe(f"{self.prefix}/command/+")
-            await client.subscribe(f"{self.prefix}/daemon")
+            if leading:
+                await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
+                await self._publish_state(client, snapshot)
+                await client.subscribe(f"{self.prefix}/command/+")
+                await client.subscribe(f"{self.prefix}/daemon")
             async with feed.connected() as protocol:
                 self._feed = protocol
                 self.connected.set()
@@ -221,16 +242,24 @@ class MqttBridge:
                     self.sessions += 1
                     self._session_started.notify_all()
                 async with asyncio.TaskGroup() as group:
-                    group.create_task(self._forward(client, subscription))
-                    group.create_task(self._messages(client))
                     group.create_task(HostFeed.keep(protocol))
                     group.create_task(self._probe(client))
+                    if subscription is not None:
+                        group.create_task(self._forward(client, subscription))
+                        group.create_task(self._messages(client))
+                    else:
+                        group.create_task(self._until_leading())
         except* Exception as group_error:  # the first failure says why the session ended
             raise group_error.exceptions[0] from None
         finally:
             self._client = None
             self._feed = None
-            subscription.close()
+            if subscription is not None:
+                subscription.close()
+
+    async def _until_leading(self) -> None:
+        await self._lead.wait()
+        raise _Leading
 
     async def _publish_state(self, client: aiomqtt.Client, snapshot: dict[str, Any]) -> None:
         for instrument in snapshot["instruments"]:
@@ -291,7 +320,8 @@ class MqttBridge:
             except aiomqtt.MqttError:
                 raise
             except Exception as exc:  # one message's trouble is not the bridge's end
-                log.exception("MQTT message on %s could not be handled", topic)
+                log.exception("MQTT message on %s could not be handled", topic,
+                              extra={"topic": topic})
                 self.complain(f"failed {parts[0]}", f"message on {topic} could not be "
                                                     f"handled: {type(exc).__name__}: {exc}")
 
@@ -299,18 +329,21 @@ class MqttBridge:
         try:
             reply = await self.handle(switch, payload, topic=topic)
         except Exception as exc:  # answered, so that no sender waits forever
-            log.exception("MQTT command on %s failed", topic)
+            log.exception("MQTT command on %s failed", topic,
+                          extra={"instrument": switch, "topic": topic})
             reply = {"error": f"the daemon failed on this command: "
                               f"{type(exc).__name__}: {exc}"}
         client = self._client  # the session now, which may not be the one it came on
         if client is None or not self.connected.is_set():
             log.warning("the result of the command on %s is lost: the daemon is not "
-                        "connected to the MQTT broker", topic)
+                        "connected to the MQTT broker", topic,
+                        extra={"instrument": switch, "topic": topic})
             return
         try:
             await publish(client, f"{topic}/result", json.dumps(reply), qos=1)
         except aiomqtt.MqttError as exc:
-            log.warning("the result of the command on %s is lost: %s", topic, exc)
+            log.warning("the result of the command on %s is lost: %s", topic, exc,
+                        extra={"instrument": switch, "topic": topic})
 
     def _take(self, batch: list[Message]) -> None:
         """A batch of agent messages from the feed: kept in order, handled soon, in slices."""
@@ -335,7 +368,8 @@ class MqttBridge:
             try:
                 self._from_feed(topic, payload, retained)
             except Exception as exc:  # one message's trouble is not the bridge's end
-                log.exception("MQTT message on %s could not be handled", topic)
+                log.exception("MQTT message on %s could not be handled", topic,
+                              extra={"topic": topic})
                 self.complain("failed hosts", f"message on {topic} could not be handled: "
                                               f"{type(exc).__name__}: {exc}")
             count += 1
@@ -446,3 +480,7 @@ class MqttBridge:
         except RequestError as exc:
             return {"request_id": command.id, "error": str(exc)}
         return {"request_id": command.id, **result.as_dict()}
+
+
+class _Leading(Exception):
+    """A standby's session ends: the daemon leads now, and the leader's session begins."""

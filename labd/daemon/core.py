@@ -20,6 +20,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import time
 from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,14 +34,16 @@ from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
 from labd.daemon.metrics import DaemonMetrics, LagSampler
 from labd.daemon.services import Drills, Services
-from labd.errors import BusError, LabdError
+from labd.errors import BusError, LabdError, LeaseError
 from labd.events import EventHub
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
+from labd.ha.lease import Lease
+from labd.ha.role import TAKING_OVER, HaSettings, Role
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
 from labd.lab.file import Lab, SwitchEntry
-from labd.store.store import Store, connection_row
+from labd.store.store import Store, connection_row, normalise_url
 from labd.token import load_or_make_token
 
 if TYPE_CHECKING:
@@ -76,8 +79,8 @@ class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
                  restore: bool = True, light_window_s: float | None = None,
-                 mqtt: str | BusSettings | None = None, api: ApiSettings | None = None
-                 ) -> None:
+                 mqtt: str | BusSettings | None = None, api: ApiSettings | None = None,
+                 ha: HaSettings | None = None) -> None:
         self.lab = lab
         self.host, self.port = host, port
         self._token = token
@@ -112,6 +115,12 @@ class Daemon:
 
             self.bus = MqttBridge(self.services, mqtt)
         self.metrics = self.services.metrics = DaemonMetrics(self.services, self.bus)
+        self.store.on_commit = self.metrics.store_commit_seconds.observe
+        self.role: Role | None = None
+        """Under ``--ha``: leader, standby or taking over (labd.ha.role); None: this daemon
+        alone runs the lab."""
+        if ha is not None:
+            self.role = self._standby(lab, db, ha)
         self.report = StartupReport()
         """What start-up found: instruments connected and failed, drift, restored."""
         self._on_drift = {e.id: e.on_drift for e in lab.instrument if isinstance(e, SwitchEntry)}
@@ -125,7 +134,26 @@ class Daemon:
         self._group: asyncio.TaskGroup | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._serving: asyncio.Task[None] | None = None
+        self._leasing: asyncio.Task[None] | None = None
         self._running = False
+
+    def _standby(self, lab: Lab, db: str, ha: HaSettings) -> Role:
+        """Start as a standby: nothing is changed, no instrument is opened, no host event is
+        acted on and nothing is said on the lab's topics until the lease is won."""
+        url = normalise_url(ha.url)
+        if normalise_url(db) != url:
+            raise LeaseError("with --ha the store is the lease's PostgreSQL (every write is "
+                             "checked against the lease in its own transaction): leave --db "
+                             "out, or give it the same URL as --ha")
+        instance = self.bus.settings.instance if self.bus is not None else None
+        name = lab.lab.name + (f"@{instance}" if instance else "")
+        role = self.services.role = Role(Lease(url, name, renew_s=ha.renew_s,
+                                               ttl_s=ha.ttl_s))
+        self.engine.leadership = role
+        self.jobs.acting = False
+        if self.bus is not None:
+            self.bus.leading = lambda: role.lease.holds() and role.ready
+        return role
 
     @property
     def token(self) -> str:
@@ -264,25 +292,106 @@ class Daemon:
                 secrets.token_urlsafe(32) if self._token is None and
                 self.services.api.access is not None else load_or_make_token(self._token))
             await self.store.open()
-            self.report = await self._open_instruments()
-            await self._reconcile(self.report)
-            await self.jobs.load()
+            if self.role is None:
+                self.report = await self._open_instruments()
+                await self._reconcile(self.report)
+                await self.jobs.load()
             self._server, listener = self._listen()
+            if self.role is not None and await self._acquire(self.role.lease):
+                await self._take_over()
             self._group = asyncio.TaskGroup()
             await self._group.__aenter__()
             self._serving = self._group.create_task(_serve(self._server, listener),
                                                     name="labd-api")
             await self._server.listening.wait()  # the group cancels this if serving fails
-            self._loops = [self._group.create_task(self.hosts.run(), name="labd-host-watchdog"),
-                           self._group.create_task(self.jobs.run(), name="labd-recovery"),
+            self._loops = [self._group.create_task(self.jobs.run(), name="labd-recovery"),
                            self._group.create_task(
                                LagSampler(self.metrics.loop_lag_seconds).run(),
                                name="labd-loop-lag")]
+            if self.role is None or self.role.ready:
+                self._watch(first=self.role is None)
             if self.bus is not None:
                 self._loops.append(self._group.create_task(self.bus.run(), name="labd-mqtt"))
+            if self.role is not None:
+                self._leasing = self._group.create_task(self._keep_lease(self.role),
+                                                        name="labd-lease")
+                self._loops.append(self._leasing)
         except BaseException as exc:
             await self._stop(exc)
             raise
+
+    # -- leading (--ha) ----------------------------------------------------------------------
+    async def _acquire(self, lease: Lease) -> bool:
+        """Try for the lease once, telling the others where this daemon's API answers."""
+        lease.api_url = self.url
+        try:
+            return await lease.acquire() is not None
+        except Exception as exc:  # the database's errors, whatever its driver calls them
+            raise LeaseError(f"cannot reach the lease's database {self.store.where!r}: "
+                             f"{str(exc).splitlines()[0]}") from None
+
+    async def _keep_lease(self, role: Role) -> None:
+        """Renew the lease (leading) or wait for it (standing by) until stopped. Losing it
+        ends the daemon: a leader that can no longer prove it leads must not go on, and
+        its supervisor starts it again as a standby."""
+        async def changed(leading: bool) -> None:
+            if leading:
+                assert self._group is not None
+                self._loops.append(self._group.create_task(self._take_over(),
+                                                           name="labd-takeover"))
+                return
+            role.ready = False
+            self.hub.publish("warning", {"detail": f"this daemon lost the lead of lab "
+                                                   f"{role.lease.name}; it stops"})
+            raise LeaseError(f"lost the lead of lab {role.lease.name!r}: the lease was not "
+                             f"renewed within {role.lease.ttl_s:g} s (the database out of "
+                             "reach, or this process paused), and another daemon may lead "
+                             "now; stopping, so that no two daemons command its switches "
+                             "(a supervisor starts it again as a standby)")
+        await role.lease.run(changed)
+
+    async def _take_over(self) -> None:
+        """This daemon won the lease: fence the store's writes with its epoch, open and
+        resync every instrument, put back the intended state (each switch's ``on_drift``),
+        take the jobs as the store has them and act on what failed meanwhile; only then
+        take changes. The watchdog gives hosts one heartbeat interval first."""
+        role = self.role
+        assert role is not None and role.lease.epoch is not None
+        began = time.monotonic()
+        self.store.fence = (role.lease.name, role.lease.epoch)
+        marker = TAKING_OVER.set(True)
+        try:
+            self.report = await self._open_instruments()
+            await self._reconcile(self.report)
+            await self.jobs.load()
+        finally:
+            TAKING_OVER.reset(marker)
+        role.ready = True
+        role.took_over_ms = (time.monotonic() - began) * 1000
+        queued = self.jobs.resume()
+        if self.bus is not None:
+            self.bus.lead()
+        if self._group is not None:
+            self._watch(first=False)
+        log.warning("lab %s: this daemon leads (epoch %d), taken over in %.1f ms; %d "
+                    "recoveries queued for what failed meanwhile", role.lease.name,
+                    role.lease.epoch, role.took_over_ms, queued)
+        self.hub.publish("ha.leading", {"lab": role.lease.name, "epoch": role.lease.epoch,
+                                        "url": self.url, "took_over_ms": role.took_over_ms,
+                                        "recoveries": queued,
+                                        "failed": sorted(self.report.failed)})
+
+    def _watch(self, *, first: bool) -> None:
+        """Start the host watchdog; after a takeover, only once the hosts have had one
+        heartbeat interval to be heard by this daemon as the leader."""
+        assert self._group is not None
+        grace = 0.0 if first else max(
+            [s.interval_s for s in self.hosts.hosts.values() if s.interval_s] or [1.0])
+
+        async def watch() -> None:
+            await asyncio.sleep(grace)
+            await self.hosts.run()
+        self._loops.append(self._group.create_task(watch(), name="labd-host-watchdog"))
 
     async def _open_instruments(self) -> StartupReport:
         """Every instrument at once; each that failed keeps reconnecting by itself."""
@@ -388,6 +497,7 @@ class Daemon:
         if not drained:
             log.warning("stopping with a reconfiguration still under way after %.1f s: "
                         "it is cut off (the switch is read back at the next start)", STOP_S)
+        await self._step_down()
         if self.bus is not None:
             await self.bus.say_offline()  # a clean disconnect sends no last will
         loops, self._loops = self._loops, []
@@ -413,6 +523,24 @@ class Daemon:
                     task.cancel()
                 serving.cancel()
                 await asyncio.wait([serving, *stuck], timeout=SERVER_EXIT_S)
+
+    async def _step_down(self) -> None:
+        """Under ``--ha``: give the lease up (a standby takes over at once, not after the
+        lease's time to live), once nothing is under way; a lease already lost is not
+        touched."""
+        leasing, self._leasing = self._leasing, None
+        if leasing is not None:
+            leasing.cancel()
+            await asyncio.wait([leasing])
+        if self.role is None:
+            return
+        try:
+            if self.role.lease.holds():
+                await asyncio.wait_for(self.role.lease.release(), SERVER_EXIT_S)
+        except Exception as exc:  # the lease then runs out by itself
+            log.warning("lab %s: the lease was not given up (%s); a standby takes over once "
+                        "it runs out", self.role.lease.name, str(exc).splitlines()[0])
+        self.role.lease.close()
 
     async def _quiesce(self, timeout: float) -> bool:
         """Hold every port of every switch and every metered channel until the daemon has

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from labd.daemon.access import ApiSettings
 from labd.events import EventHub
 from labd.fabric.engine import Engine
+from labd.ha.role import Role
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
 from labd.lab.file import Lab
@@ -54,6 +55,8 @@ class Services:
     """Who may do what (roles, keys, open reads), the body limit, TLS."""
     metrics: Exposition | None = None
     """Its figures for ``GET /metrics``; None: a daemon that keeps none."""
+    role: Role | None = None
+    """Under ``--ha``: whether this daemon leads (labd.ha.role); None: it runs alone."""
     drills: Drills | None = None
     """Set after start-up by whoever runs the lab's GPU hosts in emulation (drills need
     them); None: the API refuses drills."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -105,8 +105,10 @@ def endpoint_of(lab: EmulatedLab, entry: Instrument) -> str:
 
 
 def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
-                   target: Path) -> None:
-    """A copy of the lab file whose emulated entries point at the running emulators."""
+                   target: Path, hosts: Iterable[str] = ()) -> None:
+    """A copy of the lab file whose emulated entries point at the running emulators, and
+    whose ``hosts`` (played here) are no longer emulated: a daemon on the copy must not play
+    them a second time (two agents of one host take its broker session from each other)."""
     import tomllib
 
     import tomli_w
@@ -117,6 +119,10 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
         entry = by_id.get(item.get("id"))
         if entry is not None:
             item["address"] = endpoint_of(emulated, entry)
+            item["emulate"] = False
+    played = set(hosts)
+    for item in data.get("host", []):
+        if item.get("id") in played:
             item["emulate"] = False
     target.write_text(tomli_w.dumps(data), encoding="utf-8")
 

@@ -21,6 +21,7 @@ from labd.daemon.access import ApiSettings
 from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import DrillService
 from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
+from labd.ha.role import HaSettings
 from labd.lab.file import Lab
 from labd.mqtt.client import session
 from labd.mqtt.credentials import BusSettings
@@ -71,7 +72,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
                        host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                        api: ApiSettings | None = None, restore: bool = True,
                        light_window_s: float | None = None, apart: bool = False,
-                       hosts: bool = True, tidy: bool = True
+                       hosts: bool = True, tidy: bool = True, ha: HaSettings | None = None
                        ) -> AsyncIterator[Rig]:
     """Start the lab's emulators, a daemon on them, then its emulated GPU hosts; on leaving,
     stop them all (and clear the retained MQTT status the hosts and the daemon leave).
@@ -114,7 +115,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
             stack.push_async_callback(tidy_up)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
-            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api))
+            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api, ha=ha))
         started = True
         rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated, bus=bus)
         if emulated is not None and hosts:

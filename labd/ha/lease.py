@@ -211,10 +211,12 @@ class Lease:
         ``renew_s``; ``changed(True)`` once this daemon leads, ``changed(False)`` once it
         no longer does. A database out of reach costs the lead only when the local
         validity runs out."""
+        # As last told: a leader paused past its lease (SIGSTOP) wakes up no longer holding
+        # it, and is told so, even though it never saw a renewal fail.
+        leading = self.holds()
         while True:
-            leading = self.holds()
             try:
-                if leading:
+                if self.holds():
                     await self.renew()
                 else:
                     self.epoch = None
@@ -227,7 +229,8 @@ class Lease:
                                 self.name, reason)
                     self._said = reason
             if self.holds() != leading:
-                await changed(not leading)
+                leading = not leading
+                await changed(leading)
             await asyncio.sleep(self._pause())
 
     def _pause(self) -> float:

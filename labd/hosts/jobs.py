@@ -133,6 +133,9 @@ class JobManager:
         self._host_entries = {h.id: h for h in lab.host}
         self._changed = asyncio.Event()
         """Set (and replaced) whenever a host reports something a recovery may wait for."""
+        self.acting = True
+        """False on a standby (``--ha``): host events are not acted on (the leader does),
+        until :meth:`resume` at takeover looks at what happened meanwhile."""
 
     # -- lifecycle -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -160,6 +163,12 @@ class JobManager:
             if (len(pool.members) == len(state.entry.members)
                     and set(pool.members) | set(pool.spares) <= given):
                 state.members, state.spares = list(pool.members), list(pool.spares)
+                # A recovery cut off (the daemon died in it) is the job running, with
+                # whatever member failed still to be found again (resume).
+                if pool.status in ACTIVE or pool.status in ("degraded", "stopped"):
+                    state.status = "running" if pool.status == "recovering" else pool.status
+                if pool.epoch is not None:
+                    state.epoch = pool.epoch
             else:
                 self.hub.publish("warning", {"detail": (
                     f"job {pool.job}: the kept members and spares are not the lab file's "
@@ -168,11 +177,40 @@ class JobManager:
     def _pool_write(self, state: JobState) -> Callable[[Session], None]:
         """The store write that keeps the job's members and spares as they are now."""
         pool = JobPool(job=state.entry.id, members=list(state.members),
-                       spares=list(state.spares), wall_time=datetime.now(UTC))
+                       spares=list(state.spares), wall_time=datetime.now(UTC),
+                       status=state.status, epoch=state.epoch)
 
         def work(session: Session) -> None:
             session.merge(pool)
         return work
+
+    def resume(self) -> int:
+        """At takeover (``--ha``): act from now on, and queue a recovery for each member of
+        a running job that failed while this daemon stood by (its host offline or lost, its
+        GPU failed: what the leader it replaces may not have dealt with). A member whose
+        host was not heard yet is left to the watchdog. Returns how many were queued."""
+        self.acting = True
+        queued = 0
+        now = time.monotonic_ns()
+        for state in self.jobs.values():
+            if state.status not in ACTIVE:
+                continue
+            for member in state.members:
+                where = self.lab.placement(member)
+                seen = self.hosts.hosts.get(where[0].id) if where else None
+                if where is None or seen is None:
+                    continue
+                if seen.status in ("offline", "lost"):
+                    trigger, reasons = "host-lost", [f"host {seen.status} at takeover"]
+                elif seen.gpu_health(where[1]) == "failed":
+                    trigger, reasons = "gpu-failed", ["GPU failed at takeover"]
+                else:
+                    continue
+                state.queue.put_nowait(Failure(state.entry.id, member, where[0].id,
+                                               where[1], trigger, reasons,
+                                               seen.last_sent_ns, None, now))
+                queued += 1
+        return queued
 
     async def run(self) -> None:
         """Each job's recovery worker, until cancelled (the daemon runs it among its
@@ -236,6 +274,7 @@ class JobManager:
         state.progress = {}
         await self._command(state, self._hosts_of(state.members), "start")
         state.status = "running"
+        await self.store.run_write(self._pool_write(state))
         self.hub.publish("job.state", state.as_dict())
         return state.as_dict()
 
@@ -243,6 +282,7 @@ class JobManager:
         state = self.job(job_id)
         await self._command(state, self._hosts_of(state.members), "stop")
         state.status = "stopped"
+        await self.store.run_write(self._pool_write(state))
         self.hub.publish("job.state", state.as_dict())
         return state.as_dict()
 
@@ -278,6 +318,8 @@ class JobManager:
     def host_event(self, event: Event) -> None:
         """What a host reported (HostListener): a failure is queued for recovery at once;
         progress, links and status wake the recoveries waiting on them."""
+        if not self.acting:
+            return
         self._on_event(event)
         if event.kind in ("job.progress", "nic.link", "host.status", "host.lost"):
             changed, self._changed = self._changed, asyncio.Event()
@@ -377,11 +419,18 @@ class JobManager:
             state.failed.add(timeline.member)  # still in the job, and still failed
         else:
             state.failed.discard(timeline.member)
+        if status is not None:
+            self.store.run_write_nowait(self._pool_write(state))
         await self._save(timeline)
         self._publish(timeline)
         self.hub.publish("job.state", state.as_dict())
 
     async def _save(self, timeline: Timeline) -> None:
+        timeline.id = await self.store.run_write(self._saving(timeline))
+
+    def _saving(self, timeline: Timeline) -> Callable[[Session], int]:
+        """The store write that keeps the timeline as it is now. Its id is set in the
+        writer, so that a later write of it, queued behind, updates the same row."""
         values = {"job": timeline.job, "outcome": timeline.outcome,
                   "stages": {k: timeline.stages.get(k) for k in STAGES},
                   "trigger": timeline.trigger, "detail": timeline.row_detail()}
@@ -391,12 +440,12 @@ class JobManager:
                 row = FailoverTimeline(**values, wall_time=datetime.now(UTC))
                 session.add(row)
                 session.flush()
+                timeline.id = row.id
                 return row.id
             session.execute(update(FailoverTimeline).where(
                 FailoverTimeline.id == timeline.id).values(**values))
             return timeline.id
-
-        timeline.id = await self.store.run_write(work)
+        return work
 
     def _unusable(self, endpoint: str) -> str | None:
         where = self.lab.placement(endpoint)
@@ -430,6 +479,9 @@ class JobManager:
             return
         before = state.status
         state.status = "recovering"
+        # Recorded as it starts, without waiting (the swap is on the critical path): its
+        # id is known to whoever follows it, and a daemon that dies in it leaves a trace.
+        self.store.run_write_nowait(self._saving(timeline))
         plan, rejected = choose_spare(self.lab, self.engine, state.entry, state.members,
                                       failure.member, state.spares, self._unusable)
         timeline.rejected = rejected

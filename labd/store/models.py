@@ -116,6 +116,9 @@ class JobPool(Base):
     members: Mapped[list[str]] = mapped_column(JSON)
     spares: Mapped[list[str]] = mapped_column(JSON)
     wall_time: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    """The job's status when kept (None: kept before statuses were)."""
+    epoch: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class IntendedPair(Base):

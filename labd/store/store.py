@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from labd.errors import StoreError, StoreUnavailable
+from labd.errors import StaleEpoch, StoreError, StoreUnavailable
 from labd.files import create_private
 from labd.store import postgresql
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
@@ -157,6 +157,13 @@ class Store:
             queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.committed = 0
+        self.fence: tuple[str, int] | None = None
+        """(lab, epoch) while this daemon leads under ``--ha``: every write transaction
+        first checks the epoch against the lease's (``labd_fence``, migration 0007), and
+        one from a passed epoch is refused whole (:class:`StaleEpoch`)."""
+        self.on_commit: Callable[[float], None] | None = None
+        """Told each committed batch's time in the writer (seconds; from the writer's
+        thread: the metrics' histogram takes it so)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
@@ -307,20 +314,27 @@ class Store:
                 continue
             results: list[Any] = []
             error: BaseException | None = None
+            started = time.perf_counter()
+            fence = self.fence
             try:
                 if connection is None:
                     connection = self.engine.connect()
                 records = [item for item, _, _ in work
                            if isinstance(item, ReconfigurationRecord)]
                 if len(records) == len(work) and _commits_alone(connection, records):
-                    results = _commit_alone(connection, records)
+                    results = _commit_alone(connection, records, fence)
                 else:
-                    results = _transaction(connection, [item for item, _, _ in work], records)
+                    results = _transaction(connection, [item for item, _, _ in work], records,
+                                           fence)
                 self.committed += len(work)
                 self.failing = None
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - started)
             except Exception as exc:  # reported to every waiter of the batch
                 reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
                     f"{exc.__class__.__name__}: {exc}"
+                if stale(exc):
+                    reason = stale_message(exc)
                 # One line, not a traceback: every waiter hears of it as a refusal.
                 log.error("store %s refused a write of %d record(s): %s", self.where,
                           len(work), reason)
@@ -371,12 +385,15 @@ class Store:
 
 
 def _transaction(connection: Connection, items: list[Any],
-                 records: list[ReconfigurationRecord]) -> list[Any]:
+                 records: list[ReconfigurationRecord],
+                 fence: tuple[str, int] | None = None) -> list[Any]:
     """One batch as one transaction: its reconfiguration records (on the driver's own
     connection: the hot path) and any other work, which alone pays for an ORM session;
-    returns each item's result, in order."""
+    returns each item's result, in order. ``fence``: (lab, epoch) checked first."""
     results: list[Any] = []
     with connection.begin():
+        if fence is not None:
+            connection.execute(_FENCE, {"lab": fence[0], "epoch": fence[1]})
         ids = iter(insert_records(connection, records))
         session: Session | None = None
         for item in items:
@@ -401,12 +418,31 @@ def _commits_alone(connection: Connection, records: list[ReconfigurationRecord])
     return bool(records) and connection.dialect.driver == "psycopg"
 
 
-def _commit_alone(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
+def _commit_alone(connection: Connection, records: list[ReconfigurationRecord],
+                  fence: tuple[str, int] | None = None) -> list[int]:
     """Records, and nothing else, on PostgreSQL: in fewer round trips than a transaction of
     SQLAlchemy's (:func:`labd.store.postgresql.commit_records`)."""
     return postgresql.commit_records(
         connection.connection.driver_connection,  # type: ignore[arg-type]
-        connection.info, *_postgresql_args(records))
+        connection.info, *_postgresql_args(records), fence=fence)
+
+
+#: The fence of a leader's write (migration 0007), as its first statement.
+_FENCE = text("SELECT labd_fence(:lab, :epoch)")
+#: The SQLSTATE ``labd_fence`` refuses a write from a passed epoch with.
+STALE_EPOCH = "LF001"
+
+
+def stale(exc: BaseException) -> bool:
+    """Whether a failed write was refused by the fence: its epoch is no longer the lease's."""
+    orig = getattr(exc, "orig", exc)
+    return getattr(orig, "sqlstate", None) == STALE_EPOCH or isinstance(exc, StaleEpoch)
+
+
+def stale_message(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", exc)
+    diag = getattr(orig, "diag", None)
+    return str(getattr(diag, "message_primary", None) or str(orig).splitlines()[0])
 
 
 _SQLITE_RECONFIGURATION = (
@@ -589,7 +625,10 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool, where: s
     for future, value in items:
         if future.done():
             continue
-        if failed:
+        if failed and stale(value):
+            future.set_exception(StaleEpoch(f"{stale_message(value)}: nothing of this write "
+                                            "was recorded; send it to the leading daemon"))
+        elif failed:
             reason = _reason(value) if isinstance(value, SQLAlchemyError) else str(value)
             future.set_exception(StoreUnavailable(
                 f"store {where!r} refused the write, so nothing of it was recorded: "

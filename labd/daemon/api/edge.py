@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -24,6 +25,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labd.daemon.access import Access, Role, grants
+from labd.errors import NotLeader
 
 #: Where the schema and its pages are served: open to all, they hold nothing of the lab's.
 OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
@@ -31,6 +33,8 @@ OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/red
 METRICS_PATH = "/metrics"
 #: Methods whose requests carry no body here (one sent anyway is still counted).
 BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
+#: Methods that change nothing: what a standby (``--ha``) still answers.
+READS = frozenset({"GET", "HEAD", "OPTIONS"})
 BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 
 NO_KEY = ("a bearer token is required: send 'Authorization: Bearer <token>' with the "
@@ -63,8 +67,11 @@ class Edge:
     a request needs before the app is called."""
 
     def __init__(self, app: ASGIApp, *, routes: list[BaseRoute], access: Access,
-                 open_reads: bool, max_body: int, open_metrics: bool = False) -> None:
+                 open_reads: bool, max_body: int, open_metrics: bool = False,
+                 standby: Callable[[], NotLeader | None] | None = None) -> None:
         self.app, self.routes, self.access = app, routes, access
+        self.standby = standby
+        """Under ``--ha``: the refusal of a change while this daemon does not lead."""
         self.open_reads, self.max_body = open_reads, max_body
         self.open_paths = OPEN_PATHS | ({METRICS_PATH} if open_metrics else set())
 
@@ -81,6 +88,11 @@ class Edge:
                 await deny_socket(scope, send, status, detail)
             else:
                 await answer(send, status, detail, extra)
+            return
+        if (self.standby is not None and scope["type"] == "http"
+                and scope["method"] not in READS
+                and (refused := self.standby()) is not None):
+            await answer(send, 503, str(refused), leader_headers(refused))
             return
         if scope["type"] == "websocket" or (
                 scope["method"] in BODILESS and not has_body(headers)):
@@ -239,6 +251,11 @@ async def answer(send: Send, status: int, detail: str,
         *((k.encode(), v.encode()) for k, v in (headers or {}).items())]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": content})
+
+
+def leader_headers(refused: NotLeader) -> dict[str, str]:
+    """Where the leader answers, for a client that follows it (``x-labd-leader``)."""
+    return {"x-labd-leader": refused.leader_url} if refused.leader_url else {}
 
 
 async def deny_socket(scope: Scope, send: Send, status: int, detail: str) -> None:

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from instruments.errors import InstrumentError
-from labd.errors import Conflict, NotFound, RequestError, Unavailable
+from labd.errors import Conflict, NotFound, NotLeader, RequestError, Unavailable
 
 STATUS: dict[type[Exception], int] = {
     NotFound: 404,
@@ -32,7 +32,10 @@ def install(app: FastAPI) -> None:
     """Answer every labd request error and instrument error as JSON with its status."""
 
     async def answer(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
+        # A standby's refusal says where the leader answers (x-labd-leader), if known.
+        headers = {"x-labd-leader": exc.leader_url} if isinstance(
+            exc, NotLeader) and exc.leader_url else None
+        return JSONResponse({"detail": str(exc)}, status_code=status_of(exc), headers=headers)
 
     app.add_exception_handler(RequestError, answer)
     app.add_exception_handler(InstrumentError, answer)

@@ -15,5 +15,8 @@ router = APIRouter()
 
 @router.get("/v1/health")
 async def health(services: ServicesDep, request: Request) -> dict[str, Any]:
-    return {"lab": services.lab.lab.name, "version": __version__, "seq": services.hub.last_seq,
-            "lab_sha256": lab_sha256(request)}
+    answer = {"lab": services.lab.lab.name, "version": __version__,
+              "seq": services.hub.last_seq, "lab_sha256": lab_sha256(request)}
+    if services.role is not None:  # --ha: leader, standby or taking over, and who leads
+        answer["ha"] = services.role.describe()
+    return answer
