@@ -200,14 +200,16 @@ class Connection(EventSource):
                 await self.run(self._probe)
             except InstrumentError as exc:
                 # run() has dropped the link on a fault, and reconnection is under way.
-                log.info("%s: the idle link's probe failed: %s", self.name, exc)
+                log.info("%s: the idle link's probe failed: %s", self.name, exc,
+                         extra={"instrument": self.name})
             except Exception:
                 # A driver bug in its probe must not end the watch (nor the daemon).
-                log.exception("%s: the idle link's probe failed", self.name)
+                log.exception("%s: the idle link's probe failed", self.name,
+                              extra={"instrument": self.name})
 
     async def _drop(self, reason: str) -> None:
         self.last_error = reason
-        log.info("%s: dropping link: %s", self.name, reason)
+        log.info("%s: dropping link: %s", self.name, reason, extra={"instrument": self.name})
         await self.link.close()
         self._set_state(LinkState.BACKOFF, reason)
         if self._reconnector is None or self._reconnector.done():
@@ -225,10 +227,12 @@ class Connection(EventSource):
                 try:
                     await self._connect_locked(on_failure=LinkState.BACKOFF)
                 except InstrumentError as exc:
-                    log.info("%s: reconnect attempt %d failed: %s", self.name, self.attempts, exc)
+                    log.info("%s: reconnect attempt %d failed: %s", self.name, self.attempts, exc,
+                             extra={"instrument": self.name})
                 except Exception:
                     # A driver bug while resynchronising must not end the reconnect loop.
-                    log.exception("%s: reconnect attempt %d failed", self.name, self.attempts)
+                    log.exception("%s: reconnect attempt %d failed", self.name, self.attempts,
+                                  extra={"instrument": self.name})
 
     async def wait_online(self, timeout: float) -> None:
         """Wait until the link is up again (raises TimeoutError)."""

@@ -76,7 +76,8 @@ class EventSource:
             try:
                 listener(event)
             except Exception:  # a listener's bug must not stop the instrument
-                log.exception("event listener failed on %s", event)
+                log.exception("event listener failed on %s", event,
+                              extra={"instrument": event.instrument})
 
 
 class EventQueue:

@@ -103,13 +103,13 @@ class Link:
     def discard_input(self) -> bytes:
         stale = self._transport.discard_input()
         if stale and self._debug:
-            wire_log.debug("%s discarded %r", self.name, stale)
+            wire_log.debug("%s discarded %r", self.name, stale, extra={"instrument": self.name})
         return stale
 
     async def write_raw(self, data: bytes, *, secret: bytes | None = None) -> None:
         if self._debug:
             shown = data.replace(secret, b"***") if secret else data
-            wire_log.debug("%s >> %r", self.name, shown)
+            wire_log.debug("%s >> %r", self.name, shown, extra={"instrument": self.name})
         if self.sent_ns is None or self._activating:
             now = time.monotonic_ns()
             self.sent_ns = self.sent_ns or now
@@ -146,7 +146,7 @@ class Link:
         if self._moving:
             self._acknowledged_ns = self.answered_ns
         if self._debug:
-            wire_log.debug("%s << %r", self.name, data)
+            wire_log.debug("%s << %r", self.name, data, extra={"instrument": self.name})
         return data
 
     async def read_line(self, *, timeout: float | None = None) -> str:

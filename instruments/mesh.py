@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any
 
 from instruments import qontrol
@@ -109,6 +110,7 @@ class MeshSwitch(OpticalSwitch):
 
     driver = "qontrol-mesh"
     done_on_reply = False  # the heaters settle after the board's reply
+    disconnect_darkens = False  # light keeps its way until the pair is routed elsewhere
     default_settings = LinkSettings(write_termination="\n", read_termination="\n", timeout=1.0)
 
     def __init__(self, address: str, **kwargs: Any) -> None:
@@ -131,6 +133,9 @@ class MeshSwitch(OpticalSwitch):
         self.settle_s = float(self.options.get("settle_us", 50)) * 1e-6
         self.board: qontrol.BoardInfo | None = None
         self.states: dict[int, str] = {}
+        self.volts: dict[int, float] = {}
+        """What each heater's channel holds, as read back or as last sent (so a vector
+        command may run over a channel it does not change)."""
 
     # -- physics of the driver's side ------------------------------------------------------
     def volts_for(self, element: int, state: str) -> float:
@@ -159,8 +164,7 @@ class MeshSwitch(OpticalSwitch):
             raise ConnectError(f"a {self.n}x{self.n} mesh has {self.elements} heaters but the "
                                f"board drives {board.channels} channels", instrument=self.name)
         self.board = board
-        volts = await qontrol.read_volts(link, board.channels)
-        self.states = {k: self.state_from(k, volts[k]) for k in range(self.elements)}
+        self._read_back(await qontrol.read_volts(link, board.channels))
         return SwitchInfo("Qontrol", f"Benes {self.n}x{self.n} mesh", board.id,
                           f"{len(board.modules)} modules", self.n, self.n)
 
@@ -168,10 +172,13 @@ class MeshSwitch(OpticalSwitch):
         assert self.board is not None
         await qontrol.probe(link, self.board.id)
 
+    def _read_back(self, volts: list[float]) -> None:
+        self.volts = {k: volts[k] for k in range(self.elements)}
+        self.states = {k: self.state_from(k, volts[k]) for k in range(self.elements)}
+
     async def _read_map(self, link: Link) -> CrossConnects:
         assert self.board is not None
-        volts = await qontrol.read_volts(link, self.board.channels)
-        self.states = {k: self.state_from(k, volts[k]) for k in range(self.elements)}
+        self._read_back(await qontrol.read_volts(link, self.board.channels))
         routes = self.routing(self.states)
         # Every input goes somewhere; only the circuits we were asked for are circuits.
         return {a: b for a, b in routes.items() if a in self.expected}
@@ -207,9 +214,28 @@ class MeshSwitch(OpticalSwitch):
         changed = {k: self.volts_for(k, s) for k, s in states.items()
                    if self.states.get(k) != s}
         if changed:
-            await qontrol.set_and_sync(link, qontrol.vector_commands(changed))
+            try:
+                await qontrol.set_and_sync(link, qontrol.vector_commands(changed,
+                                                                         known=self.volts))
+            except BaseException:
+                # Some of the batch may have been applied: what those channels hold is not
+                # known until read back, and no vector runs over them meanwhile.
+                for k in changed:
+                    self.volts.pop(k, None)
+                raise
+            self.volts.update({k: float(qontrol.number(v)) for k, v in changed.items()})
             self.states.update(states)
-            await asyncio.sleep(self.settle_s)  # thermal settling: then the change is done
+            await self._settle()
+
+    async def _settle(self) -> None:
+        """Thermal settling after the board's answer: then the change is done. A loop timer
+        cannot time tens of µs: uvloop runs a sub-millisecond timer at once (a change was
+        acknowledged before its heaters had settled) and the standard loop's fire a
+        millisecond or more late. So the wait yields to the loop until the monotonic clock
+        passes the end, sleeping on a timer only the part of a long settling it can time."""
+        end = time.monotonic() + self.settle_s
+        while (left := end - time.monotonic()) > 0:  # noqa: ASYNC110 - a clock, not a state
+            await asyncio.sleep(left - 0.002 if left > 0.003 else 0)
 
     async def _connect(self, link: Link, pairs: list[Pair]) -> None:
         for a, b in pairs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,24 +133,67 @@ async def probe(link: Link, ident: str) -> None:
         return
 
 
-def vector_commands(volts: dict[int, float], word: str = "v") -> list[str]:
-    """One vector command (``vvec``/``ivec``) per module holding changed channels, as the
-    vendor client sends; single channels as ``v<ch>=``/``i<ch>=``."""
-    by_module: dict[int, dict[int, float]] = {}
+def number(value: float) -> str:
+    """A value as the board is sent it: 4 decimals (the board's resolution), without the
+    trailing zeros (at 115200 baud every byte costs 87 µs: ``0`` and ``5`` rather than
+    ``0.0000`` and ``5.0000`` are most of a mesh change's bytes saved)."""
+    text = f"{value:.4f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
+
+
+#: The board's answer to a set command that acknowledges (``OK`` and LF), counted on both
+#: ways of the line.
+_ACK_BYTES = 3
+
+
+def vector_commands(volts: Mapping[int, float], word: str = "v",
+                    known: Mapping[int, float] | None = None) -> list[str]:
+    """The fewest bytes on the line (both ways) that set ``volts``: per module (a vector
+    command stays in its module, as the vendor client sends it), each run of channels as
+    one ``vvec``/``ivec`` or each channel as ``v<ch>=``/``i<ch>=``, whichever is shorter.
+    A vector may run over a channel that does not change if ``known`` says what that
+    channel holds: it is sent again unchanged."""
+    known = known or {}
+    by_module: dict[int, dict[int, str]] = {}
     for channel, v in volts.items():
-        by_module.setdefault(channel // MODULE_CHANNELS, {})[channel] = v
-    commands = []
+        by_module.setdefault(channel // MODULE_CHANNELS, {})[channel] = number(v)
+    commands: list[str] = []
     for _, values in sorted(by_module.items()):
-        first, last = min(values), max(values)
-        if first == last:
-            commands.append(f"{word}{first}={values[first]:.4f}")
-            continue
-        run = [values.get(c) for c in range(first, last + 1)]
-        if any(v is None for v in run):
-            commands.extend(f"{word}{c}={v:.4f}" for c, v in sorted(values.items()))
-        else:
-            commands.append(f"{word}vec{first}=" + ",".join(f"{v:.4f}" for v in run))
+        commands.extend(_module_commands(values, known, word))
     return commands
+
+
+def _module_commands(values: dict[int, str], known: Mapping[int, float], word: str
+                     ) -> list[str]:
+    """One module's commands: the cheapest cover of its changed channels by runs (a few
+    channels a module, so every split is tried)."""
+    channels = sorted(values)
+
+    def run(i: int, j: int) -> str | None:
+        first, last = channels[i], channels[j]
+        if i == j:
+            return f"{word}{first}={values[first]}"
+        texts = []
+        for c in range(first, last + 1):
+            if c in values:
+                texts.append(values[c])
+            elif c in known:
+                texts.append(number(known[c]))
+            else:
+                return None  # what the board holds there is not known: not sent over
+        return f"{word}vec{first}=" + ",".join(texts)
+
+    # best[j]: (bytes, commands) covering channels[:j]
+    best: list[tuple[int, list[str]]] = [(0, [])]
+    for j in range(1, len(channels) + 1):
+        options = []
+        for i in range(j):
+            command = run(i, j - 1)
+            if command is not None:
+                cost, before = best[i]
+                options.append((cost + len(command) + 1 + _ACK_BYTES, [*before, command]))
+        best.append(min(options, key=lambda option: option[0]))
+    return best[-1][1]
 
 
 async def identify(link: Link) -> BoardInfo:
@@ -210,7 +253,7 @@ class QontrolBoard(Instrument):
                                  f"0..{full} {unit}", instrument=self.name)
 
     async def set_volts(self, volts: dict[int, float]) -> None:
-        """Set channel voltages (V); changed modules get one vector command each."""
+        """Set channel voltages (V): per module, runs of channels as vector commands."""
         for channel, v in volts.items():
             self._check(channel, v, self.info.vfull if self.info else 0.0, "V")
         await self._run(lambda link: set_and_sync(link, vector_commands(volts, "v")))

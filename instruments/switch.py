@@ -88,6 +88,9 @@ class OpticalSwitch(Instrument):
     done_on_reply: ClassVar[bool] = True
     """The device's reply to a change says it is complete (False: the driver waits on
     after it, e.g. for a mesh's heaters to settle)."""
+    disconnect_darkens: ClassVar[bool] = True
+    """A disconnect takes the light off the pair's path (False: a mesh, whose light always
+    goes somewhere; a disconnect there changes nothing on the chip)."""
 
     def __init__(self, address: str, *, size: str | None = None, **kwargs: Any) -> None:
         super().__init__(address, **kwargs)

@@ -38,8 +38,8 @@ from pydantic import (
 from labd.errors import LabdError
 from labd.logs import LogSettingsError, parse_levels
 
-__all__ = ["ENV_PREFIX", "Resolved", "Settings", "SettingsError", "Source", "daemon_table",
-           "env_name", "mask_url", "resolve"]
+__all__ = ["ENV_PREFIX", "Resolved", "Settings", "SettingsError", "Source", "check_table",
+           "daemon_table", "env_name", "mask_url", "resolve"]
 
 ENV_PREFIX = "LABD_"
 Source = Literal["default", "file", "env", "flag"]
@@ -69,6 +69,9 @@ class Settings(BaseModel):
     token_file: str | None = None
     access: str | None = None
     open_reads: bool = False
+    metrics_need_key: bool = False
+    """``GET /metrics`` only with a viewer's key (or better); by default Prometheus scrapes
+    it without one."""
     max_body: int = Field(default=1 << 20, ge=0, le=1 << 30)
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -106,10 +109,10 @@ class Settings(BaseModel):
     def _pairs(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both or neither")
-        if self.lease_renew_s >= self.lease_ttl_s:
-            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be shorter than "
-                             f"lease_ttl_s ({self.lease_ttl_s:g}), or the lease lapses "
-                             "between renewals")
+        if 2 * self.lease_renew_s > self.lease_ttl_s:
+            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be at most half "
+                             f"lease_ttl_s ({self.lease_ttl_s:g}): one late renewal must not "
+                             "cost the lead")
         return self
 
 
@@ -122,8 +125,13 @@ def env_name(setting: str) -> str:
     return ENV_PREFIX + setting.upper()
 
 
+#: ``labd run``'s options whose names are not their setting's.
+FLAGS = {"watch_interval_s": "--watch-interval", "ha_url": "--ha",
+         "lease_renew_s": "--lease-renew", "lease_ttl_s": "--lease-ttl"}
+
+
 def flag_name(setting: str) -> str:
-    return "--" + setting.replace("_", "-")
+    return FLAGS.get(setting) or "--" + setting.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,33 @@ def _unknown(name: str, where: str) -> SettingsError:
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return SettingsError(f"{where}: no setting {name!r}{hint}; the settings: "
                          f"{', '.join(NAMES)}")
+
+
+def check_table(table: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a ``[daemon]`` table on its own: names that are no setting and
+    values no setting takes, one problem each (``field 'port': ...``). What only the
+    settings together decide (tls_cert without tls_key, a lease renewed slower than it
+    lapses) is left to :func:`resolve`: another source may complete the pair."""
+    problems: list[str] = []
+    known: dict[str, Any] = {}
+    for name, value in table.items():
+        if name in NAMES:
+            known[name] = value
+            continue
+        close = difflib.get_close_matches(name, NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"field {name!r}: no setting of that name{hint}")
+    try:
+        Settings.model_validate(known)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc = error.get("loc") or ()
+            if not loc or not isinstance(loc[0], str):
+                continue  # a check across settings: resolve() makes it with every source
+            message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"field {loc[0]!r}: {message} (got "
+                            f"{_shown_raw(loc[0], known.get(loc[0]))})")
+    return problems
 
 
 def resolve(*, files: Sequence[tuple[str, Mapping[str, Any]]] = (),

@@ -13,7 +13,7 @@ from textual.app import App
 from labd.client.api import DaemonClient
 from labd.errors import CampaignError, DaemonError
 from labd.measure.campaign import ReconfigPlan, summary
-from tui.render import route_text
+from tui.render import in_the_way_text, plan_text, route_text
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.form import FormScreen
 from tui.tabs.reconfigurations import ReconfigurationsTab
@@ -41,13 +41,14 @@ class Changes:
         self.app.notify(message, title=title, severity="error" if error else "information",
                         timeout=8 if error else 5)
 
-    def ask(self, question: str, then: Later) -> None:
-        """Ask; on yes, run ``then()`` in a worker."""
+    def ask(self, question: str, then: Later, detail: str = "") -> None:
+        """Ask (``detail``: what the change would do); on yes, run ``then()`` in a
+        worker."""
         def answer(yes: bool | None) -> None:
             if yes:
                 self.app.run_worker(then(), group="actions")
 
-        self.app.push_screen(ConfirmScreen(question), answer)
+        self.app.push_screen(ConfirmScreen(question, detail), answer)
 
     def _ask_change(self, question: str, title: str, method: str, path: str,
                     body: dict[str, Any], said: Callable[[Any], str]) -> None:
@@ -65,22 +66,38 @@ class Changes:
         await self.answered()
 
     def circuit(self, endpoints: Sequence[str] = ()) -> None:
-        """A circuit between two endpoints, on every switch it crosses; ``endpoints``,
-        the ones the UI knows of, are offered as they are typed."""
+        """A circuit between two endpoints, on every switch it crosses; ``endpoints`` (the
+        lab's) are offered as they are typed. Before asking, the daemon's plan: the
+        switches and ports it would cross-connect, or why it cannot and what is in the
+        way (then nothing is asked)."""
         def typed(answer: dict[str, str] | None) -> None:
             if answer is None:
                 return
-            src, dst = answer["src"], answer["dst"]
-            self._ask_change(
-                f"Make the circuit {src} → {dst} (on every switch it crosses)?",
-                "circuit made", "POST", "/v1/circuits", {"from": src, "to": dst},
-                lambda r: f"{src} → {dst} via {route_text(r['route'])}")
+            self.app.run_worker(self._plan_then_ask(answer["src"], answer["dst"]),
+                                group="actions")
 
         example = list(endpoints[:2]) or ["h0.nic0", "h1.nic0"]
         known = {"src": endpoints, "dst": endpoints} if endpoints else None
         self.app.push_screen(FormScreen("Make a circuit", [
             ("src", f"from endpoint, e.g. {example[0]}", ""),
             ("dst", f"to endpoint, e.g. {example[-1]}", "")], choices=known), typed)
+
+    async def _plan_then_ask(self, src: str, dst: str) -> None:
+        try:
+            plan = await self.client.get("/v1/circuits/plan", **{"from": src, "to": dst})
+        except DaemonError as exc:
+            self.tell(str(exc), "circuit not planned", error=True)
+        else:
+            if plan.get("possible"):
+                self.ask(f"Make the circuit {src} → {dst} (on every switch it crosses)?",
+                         lambda: self.change(
+                             "circuit made", "POST", "/v1/circuits", {"from": src, "to": dst},
+                             lambda r: f"{src} → {dst} via {route_text(r['route'])}"),
+                         detail=plan_text(plan))
+            else:
+                self.tell(in_the_way_text(plan), f"circuit {src} → {dst} cannot be made",
+                          error=True)
+        await self.answered()
 
     def pair(self, at: tuple[str, int] | None) -> None:
         """A raw pair on one switch; ``at``, the port under the cursor, fills in the form."""

@@ -82,3 +82,28 @@ def local_time(iso: str) -> str:
         return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
     except ValueError:
         return iso
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """What a circuit's plan (``GET /v1/circuits/plan``) would cross-connect, switch by
+    switch, and that it displaces nothing (a circuit takes free ports only)."""
+    hops = plan["route"]["hops"] if plan.get("route") else []
+    if not hops:
+        return "A direct fibre: no switch is changed."
+    width = max(len(h["switch"]) for h in hops)
+    lines = ["Cross-connects:"] + [
+        f"  {h['switch']:<{width}}  port {h['ingress']} → port {h['egress']}" for h in hops]
+    lines.append("Displaces no circuit: every port on the way is free.")
+    return "\n".join(lines)
+
+
+def in_the_way_text(plan: dict[str, Any]) -> str:
+    """Why a circuit cannot be made now, and what holds the ports on its way."""
+    held = []
+    for h in plan.get("in_the_way", []):
+        circuit = h.get("circuit")
+        owner = (f"circuit {circuit['from']} → {circuit['to']}" if circuit
+                 else f"raw pair {h['port']}↔{h['partner']}")
+        held.append(f"{h['switch']}:{h['port']} ({owner})")
+    reason = str(plan.get("reason") or "it cannot be made now")
+    return f"{reason}; in the way: {', '.join(held)}" if held else reason

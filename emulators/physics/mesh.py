@@ -116,6 +116,16 @@ class _Heater:
     since_ns: int = 0
 
 
+#: Heater changes whose previous settings are kept (see MeshModel._history).
+_HISTORY = 2048
+#: Settled routes remembered per heater setting: a replay's configurations recur.
+_ROUTE_MEMO = 512
+#: Where an input's two brightest outputs are this close (power fractions), the column path
+#: of :meth:`MeshModel._column_routes` could rank them otherwise than the step-by-step one;
+#: such a setting is worked out step by step, which is what defines the routes.
+_NEAR_TIE = 1e-9
+
+
 class MeshModel:
     def __init__(self, name: str, options: MeshOptions) -> None:
         n = options.ports
@@ -139,12 +149,25 @@ class MeshModel:
         self.dead: set[int] = set()
         self.truth = GroundTruth(name)
         self.listeners: list[Callable[[Change], None]] = []
-        self._history: deque[tuple[int, list[_Heater]]] = deque(maxlen=64)
+        # The settings before each change, for light at past instants: the optical model
+        # works out a change's threshold crossings only when asked, perhaps hundreds of
+        # heater commands later (the old settings must still be here then).
+        self._history: deque[tuple[int, list[_Heater]]] = deque(maxlen=_HISTORY)
+        self._stamps: tuple[int, np.ndarray] | None = None  # (version, the history's stamps)
         self._version = 0
         self.settled_ns = 0
         """When the latest heater change is exactly at its target (see _phases)."""
         self._phase_cache: tuple[tuple[int, int, int, int], np.ndarray,
                                  np.ndarray | None] | None = None
+        self._route_memo: dict[tuple[float, ...], dict[int, int]] = {}
+        self._column_plan = self._columns()
+        # _mzi's entries m = scale·e^{iφ} + offset, rows m00, m01, m10, m11 per element, of
+        # t = sqrt(1 - kappa) and c = j·sqrt(kappa): for _column_routes
+        c = 1j * np.sqrt(np.array(self.kappa))
+        t = np.sqrt(1 - np.array(self.kappa))
+        t1, c1, t2, c2 = t[:, 0], c[:, 0], t[:, 1], c[:, 1]
+        self._couplers = (np.stack((t2 * t1, t2 * c1, c2 * t1, c2 * c1)),
+                          np.stack((c2 * c1, c2 * t1, t2 * c1, t2 * t1)))
         self.routes: dict[int, int] = self._routes()
 
     # -- heaters ---------------------------------------------------------------------------
@@ -170,17 +193,24 @@ class MeshModel:
                        now_ns, "control", "heater-revived")
 
     def _retarget(self, targets: dict[int, float], now: int, interface: str, op: str) -> None:
-        self._history.append((now, [_Heater(h.target, h.start, h.since_ns)
-                                    for h in self.heaters]))
+        # Heaters are replaced, never changed in place: the history keeps the list as it
+        # was, and only the heaters a command touches are made anew.
+        before_heaters = self.heaters
+        self._history.append((now, before_heaters))
         self._version += 1
         self.settled_ns = max(self.settled_ns, now + int(40 * self.options.tau_us * 1000))
         before = self.routes
-        current = self._phases(np.array([now]))[0]
+        tau_ns = self.options.tau_us * 1000
+        heaters = list(before_heaters)
         for element, target in targets.items():
-            heater = self.heaters[element]
-            heater.start = float(current[element])
-            heater.target = target
-            heater.since_ns = now
+            heater = before_heaters[element]
+            # Its phase now, by the first-order response of _phases, for this heater only.
+            start = heater.target
+            if now - heater.since_ns < 40 * tau_ns:
+                decay = math.exp(-max(0, now - heater.since_ns) / tau_ns)
+                start = heater.target + (heater.start - heater.target) * decay
+            heaters[element] = _Heater(target, start, now)
+        self.heaters = heaters
         self.routes = self._routes()
         settled = now + int(5 * self.options.tau_us * 1000)
         connected = sorted((a, b) for a, b in self.routes.items() if before.get(a) != b)
@@ -229,8 +259,30 @@ class MeshModel:
         return self._phase_cache[1], self._phase_cache[2]
 
     def phases_at(self, times: np.ndarray) -> np.ndarray:
-        """Phases at each time, replaying settings that were current then."""
+        """Phases at each time, under the settings that were current then: those saved
+        before the first change after it (the current ones after the last change)."""
         out = self._phases(times)
+        if not self._history or not times.size:
+            return out
+        if self._stamps is None or self._stamps[0] != self._version:
+            self._stamps = (self._version, np.array([stamp for stamp, _ in self._history],
+                                                    dtype=np.int64))
+        stamps = self._stamps[1]
+        if np.any(stamps[1:] < stamps[:-1]):
+            return self._phases_replayed(times, out)
+        # Each time's settings at once (each instant was worked out again under every
+        # later change's saved settings: thousands of instants times each change since).
+        which = np.searchsorted(stamps, times, side="right")
+        for index in np.unique(which):
+            if index == len(stamps):
+                continue  # after the last change: the current settings
+            at = which == index
+            out[at] = self._phases(times[at], self._history[int(index)][1])
+        return out
+
+    def _phases_replayed(self, times: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """phases_at for changes stamped out of order (commands from sessions whose clocks
+        interleave): each saved setting, newest first, for the times before its change."""
         for stamp, heaters in reversed(self._history):
             earlier = times < stamp
             if not earlier.any():
@@ -280,15 +332,91 @@ class MeshModel:
         return {self.ports + j + 1: power[:, j] for j in range(self.ports)}
 
     def transfer_now(self) -> np.ndarray:
-        """N x N settled power transfer, inputs as rows, with the current settings."""
-        far = np.array([max(h.since_ns for h in self.heaters) + 10**12])
-        transfer: np.ndarray = self.propagate(list(range(1, self.ports + 1)), far)[0]
+        """N x N settled power transfer, inputs as rows, with the current settings. Settled
+        phases are the heaters' targets: nothing is replayed, and the optical model's
+        cached phases (its instants, not this one) are left alone."""
+        targets = np.array([[h.target for h in self.heaters]])
+        transfer: np.ndarray = self._propagate(list(range(1, self.ports + 1)), targets)[0]
         return transfer
 
     def _routes(self) -> dict[int, int]:
         """Where most of each input's light ends up once settled."""
-        transfer = self.transfer_now()
-        return {i + 1: self.ports + int(np.argmax(transfer[i])) + 1 for i in range(self.ports)}
+        return self._settled_routes(tuple(h.target for h in self.heaters))
+
+    def _settled_routes(self, targets: tuple[float, ...]) -> dict[int, int]:
+        """The routes of settled phases ``targets``. Every heater command asks for them (the
+        ground truth's connected and disconnected pairs), so one instant is worked out by
+        columns (_columns: a few array operations a column, not a dozen a step) and each
+        setting is remembered."""
+        known = self._route_memo.get(targets)
+        if known is not None:
+            return known
+        routes = self._column_routes(targets)
+        if routes is None:
+            transfer = self._propagate(list(range(1, self.ports + 1)), np.array([targets]))[0]
+            routes = {i + 1: self.ports + int(np.argmax(transfer[i])) + 1
+                      for i in range(self.ports)}
+        if len(self._route_memo) >= _ROUTE_MEMO:
+            del self._route_memo[next(iter(self._route_memo))]
+        self._route_memo[targets] = routes
+        return routes
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The network regrouped for one instant into columns, each one matrix. A
+        permutation only renames which row of the amplitudes holds which line; each MZI
+        goes into the first column after the last one that touched either of its rows
+        (MZIs on other rows commute with it). Returns the columns' matrices with the rows
+        no MZI of theirs touches (identity), where in them (flat) each MZI's four entries
+        go, which entries of _column_routes' (entry, element) array those are (flat), and
+        the row of each output line."""
+        n = self.ports
+        row_of = list(range(n))
+        last = [-1] * n
+        columns: list[list[tuple[int, int, int]]] = []
+        for step in self.steps:
+            if isinstance(step, Perm):
+                moved = [0] * n
+                for line, target in enumerate(step.lines):
+                    moved[target] = row_of[line]
+                row_of = moved
+                continue
+            ra, rb = row_of[step.a], row_of[step.b]
+            column = max(last[ra], last[rb]) + 1
+            if column == len(columns):
+                columns.append([])
+            columns[column].append((ra, rb, step.element))
+            last[ra] = last[rb] = column
+        base = np.zeros((len(columns), n, n), dtype=complex)
+        where: list[int] = []
+        which: list[int] = []
+        for index, members in enumerate(columns):
+            untouched = set(range(n)) - {r for ra, rb, _ in members for r in (ra, rb)}
+            for r in untouched:
+                base[index, r, r] = 1.0
+            for ra, rb, element in members:
+                # new[ra] = m00·old[ra] + m01·old[rb]; new[rb] = m10·old[ra] + m11·old[rb]
+                for entry, (r, c) in enumerate(((ra, ra), (ra, rb), (rb, ra), (rb, rb))):
+                    where.append((index * n + r) * n + c)
+                    which.append(entry * self.elements + element)
+        return base, np.array(where), np.array(which), np.array(row_of)
+
+    def _column_routes(self, targets: tuple[float, ...]) -> dict[int, int] | None:
+        """Settled routes by columns; None where an input's two brightest outputs are too
+        close to rank without the step-by-step path (see _NEAR_TIE)."""
+        base, where, which, output_rows = self._column_plan
+        scale, offset = self._couplers
+        entries = scale * np.exp(1j * np.asarray(targets)) + offset  # _mzi's, per element
+        columns = base.copy()
+        np.put(columns, where, entries.take(which))
+        amp = columns[0]  # row: a line; column: the input lit
+        for column in columns[1:]:
+            amp = column @ amp
+        power = np.abs(amp[output_rows].T) ** 2  # input x output
+        ranked = np.sort(power, axis=1)
+        if (ranked[:, -1] - ranked[:, -2] < _NEAR_TIE).any():
+            return None
+        best = np.argmax(power, axis=1)
+        return {i + 1: self.ports + int(best[i]) + 1 for i in range(self.ports)}
 
     @property
     def revision(self) -> int:

@@ -115,10 +115,11 @@ class Agent:
                         raise
             except Exception as exc:
                 if not isinstance(exc, LinkDown):  # a fault in one session ends only that one
-                    log.exception("the agent's session failed; reconnecting")
+                    log.exception("host %s: the agent's session failed; reconnecting", self.host,
+                                  extra={"host": self.host})
                 elif str(exc) != said:  # once per reason: a refused key must show, not spam
                     log.warning("host %s cannot reach the daemon (%s); retrying", self.host,
-                                exc)
+                                exc, extra={"host": self.host})
                 said = str(exc)
                 self.ready.clear()
                 await asyncio.sleep(delay)

@@ -12,12 +12,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from labd.errors import LabdError, NvmlUnavailable
 from labd.terminal import console, fail, run_until_signalled
 
 if TYPE_CHECKING:
     from labd.agent.agent import Agent
+    from labd.agent.metrics import MetricsServer
     from labd.mqtt.credentials import BusSettings
 
 # The same consoles as the labd command's: a wide line when the output is a file or a log.
@@ -66,6 +68,13 @@ def agent(
     log_file: Annotated[str | None, typer.Option(
         help="Write the logs to this file instead of stderr (rotated at 10 MiB, 5 "
              "kept).")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        min=0, max=65535,
+        help="Serve the agent's own GET /metrics for Prometheus on this port (0: any free "
+             "one, printed at start) [default: none].")] = None,
+    metrics_host: Annotated[str, typer.Option(
+        help="The address --metrics-port listens on; another than loopback lets the "
+             "network scrape it (and read the host's GPU health).")] = "127.0.0.1",
 ) -> None:
     """The GPU-host agent: reports GPU health, NIC links and job progress to the daemon
     over MQTT, and runs the host's part of the jobs it is configured for."""
@@ -73,7 +82,7 @@ def agent(
     from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
     from labd.agent.nics import SysfsNics
     from labd.agent.nvml import NvmlBackend
-    from labd.logs import LogSettingsError, configure, level_for
+    from labd.logs import LogSettingsError, add_secrets, configure, level_for
 
     # -v of the labd command (python -m labd.agent has none)
     options = ctx.find_root().obj
@@ -103,10 +112,13 @@ def agent(
         else:
             raise fail(f"backend {backend!r}: expected auto, nvml, nvidia-smi or emulated")
         bus = _bus(mqtt, mqtt_credentials, instance, host) if mqtt is not None else None
+        token = _token(token_file) if daemon else None
+        # What no log line may show, debug lines of the HTTP and MQTT clients included.
+        add_secrets(token, *_bus_secrets(bus))
         runner = Agent(lab=lab, host=host, backend=chosen, mqtt=bus, daemon=daemon,
-                       token=_token(token_file) if daemon else None,
-                       interval=interval, expected_gpus=gpus, jobs=commands,
+                       token=token, interval=interval, expected_gpus=gpus, jobs=commands,
                        nics=SysfsNics(interfaces) if interfaces else None)
+        server = _metrics(runner, metrics_host, metrics_port)
     except LabdError as exc:
         raise fail(str(exc)) from None
     if mqtt is not None and not mqtt_credentials:
@@ -115,7 +127,14 @@ def agent(
     console.print(f"labd agent: host {host} of lab {lab}, reporting to {mqtt or daemon} every "
                   f"{interval:g} s ({backend}); jobs: {', '.join(commands) or 'none'}; "
                   f"NICs: {', '.join(interfaces) or 'none'}")
-    _serve(runner)
+    if server is not None:
+        shown = f"[{server.host}]" if ":" in server.host else server.host
+        console.print(f"  metrics: {escape(f'http://{shown}:{server.port}/metrics')}")
+    try:
+        _serve(runner)
+    finally:
+        if server is not None:
+            server.close()
 
 
 def main() -> None:
@@ -133,6 +152,23 @@ def _serve(runner: Agent) -> None:
     # spawns: the standard loop, not uvloop: the agent starts job processes while it talks
     # MQTT (labd/runtime.py says why that needs it).
     run_until_signalled("the agent", partial(run_agent, runner), spawns=True)
+
+
+def _metrics(runner: Agent, host: str, port: int | None) -> MetricsServer | None:
+    """The agent's /metrics where --metrics-port asks for it; prometheus-client is loaded
+    only then."""
+    if port is None:
+        return None
+    from labd.agent.metrics import MetricsServer
+
+    return MetricsServer(runner, host, port)
+
+
+def _bus_secrets(bus: BusSettings | None) -> list[str | None]:
+    if bus is None:
+        return []
+    creds = bus.credentials
+    return [creds.password, *(key.hex() for key in creds.hosts.values())]
 
 
 def _assignments(values: list[str] | None, option: str, what: str) -> dict[str, str]:

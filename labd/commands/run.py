@@ -18,6 +18,7 @@ import typer
 from labd.commands.common import console, fail, load, run_until_signalled
 
 if TYPE_CHECKING:
+    from labd.daemon.core import Daemon
     from labd.lab.file import Lab
     from labd.mqtt.credentials import BusSettings
     from labd.settings import Resolved
@@ -48,6 +49,10 @@ def run_daemon(
         "--open-reads/--no-open-reads",
         help="Let anyone read the API and the event stream without a key (changes still "
              "need one).")] = None,
+    metrics_need_key: Annotated[bool | None, typer.Option(
+        "--metrics-need-key/--no-metrics-need-key",
+        help="Serve GET /metrics only to a viewer's key or better, as every other read "
+             "(default: without a key, as Prometheus scrapes).")] = None,
     max_body: Annotated[int | None, typer.Option(
         min=0, max=1 << 30, help="The largest request body the API reads, in bytes "
                                  "[default: 1048576].")] = None,
@@ -86,6 +91,18 @@ def run_daemon(
     log_file: Annotated[Path | None, typer.Option(
         help="Write the logs to this file instead of stderr, rotated at "
              "log_file_max_bytes with log_file_backups kept (settings).")] = None,
+    ha_url: Annotated[str | None, typer.Option(
+        "--ha", help="Run as one of several daemons of the lab, on this PostgreSQL "
+                     "(postgresql://…, also the store): the one holding its lease leads, "
+                     "the others stand by, answer reads and take over when it goes "
+                     "(docs/scale.md).")] = None,
+    lease_renew_s: Annotated[float | None, typer.Option(
+        "--lease-renew", min=0.01, max=60,
+        help="Seconds between the leader's renewals of its lease [default: 0.5].")] = None,
+    lease_ttl_s: Annotated[float | None, typer.Option(
+        "--lease-ttl", min=0.02, max=600,
+        help="Seconds a lease holds without renewal; a standby takes over within about "
+             "this once the leader is gone [default: 2].")] = None,
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process.
@@ -99,11 +116,13 @@ def run_daemon(
 
     flags: dict[str, Any] = {
         "db": db, "host": host, "port": port, "token_file": _text(token_file),
-        "access": _text(access), "open_reads": open_reads, "max_body": max_body,
+        "access": _text(access), "open_reads": open_reads,
+        "metrics_need_key": metrics_need_key, "max_body": max_body,
         "tls_cert": _text(tls_cert), "tls_key": _text(tls_key), "restore": restore,
         "mqtt": mqtt, "mqtt_credentials": mqtt_credentials, "instance": instance,
         "watch_interval_s": watch_interval_s, "log_level": log_level,
-        "log_format": log_format, "log_file": _text(log_file)}
+        "log_format": log_format, "log_file": _text(log_file), "ha_url": ha_url,
+        "lease_renew_s": lease_renew_s, "lease_ttl_s": lease_ttl_s}
     try:
         resolved = effective_settings(lab, config, flags)
     except SettingsError as exc:
@@ -197,6 +216,13 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
     token_file = Path(settings.token_file) if settings.token_file else None
     access = Path(settings.access) if settings.access else None
     db, host, port, mqtt = settings.db, settings.host, settings.port, settings.mqtt
+    ha = None
+    if settings.ha_url is not None:
+        from labd.ha.role import HaSettings
+
+        ha = HaSettings(settings.ha_url, settings.lease_renew_s, settings.lease_ttl_s)
+        if resolved.source("db") == "default":
+            db = settings.ha_url  # the store is the lease's database
     loaded = _with_watch(loaded, settings.watch_interval_s)
     try:
         bus = (BusSettings.load(mqtt, settings.mqtt_credentials, settings.instance)
@@ -204,7 +230,8 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
         token = read_token_file(token_file) if token_file else None
         api = ApiSettings(access=Access.load(access) if access else None,
                           open_reads=settings.open_reads, max_body=settings.max_body,
-                          tls_cert=settings.tls_cert, tls_key=settings.tls_key)
+                          tls_cert=settings.tls_cert, tls_key=settings.tls_key,
+                          open_metrics=not settings.metrics_need_key)
     except LabdError as exc:
         raise fail(str(exc)) from None
     add_secrets(token, *_lab_secrets(loaded, bus))
@@ -220,11 +247,16 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
 
     async def serve(stop: asyncio.Event) -> None:
         async with emulated_rig(loaded, db=db, mqtt=bus, host=host, port=port, token=token,
-                                api=api, restore=settings.restore, tidy=False) as rig:
+                                api=api, restore=settings.restore, tidy=False,
+                                ha=ha) as rig:
             daemon, report, hosts = rig.daemon, rig.report, rig.hosts
             add_secrets(daemon.token)  # made or found at start-up where none was given
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
-                          f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), store {db}")
+                          f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
+                          f"store {daemon.store.where}")
+            if daemon.role is not None:
+                console.print(f"  {_role_line(daemon)}")
+                log.warning("lab %s: %s", loaded.lab.name, _role_line(daemon))
             log.info("lab %s: API %s/v1, store %s", loaded.lab.name, daemon.url, db)
             for name, what in report.connected.items():
                 emulated_note = " (emulated)" if name in rig.addresses else ""
@@ -290,3 +322,14 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
         run_until_signalled("the daemon", serve, spawns=any(h.emulate for h in loaded.host))
     finally:
         notifier.close()
+
+
+def _role_line(daemon: Daemon) -> str:
+    """Under --ha: whether this daemon leads, and if not, who does."""
+    assert daemon.role is not None
+    about = daemon.role.describe()
+    if about["role"] == "leader":
+        return (f"leads (epoch {about['epoch']}); standbys take over within "
+                f"{about['lease_ttl_s']:g} s of its end")
+    return (f"stands by: reads answered here, changes refused (503) while "
+            f"{about['leader'] or 'nobody'} leads; takes over when the lease is free")

@@ -453,9 +453,13 @@ class Engine:
     # -- light -----------------------------------------------------------------------------
     def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]
                    ) -> dict[tuple[str, int], tuple[MeteredPath, bool]]:
-        """Metered paths the request lights (True) or darkens (False), by meter channel."""
+        """Metered paths the request lights (True) or darkens (False), by meter channel. A
+        switch whose disconnects leave the light where it was (a mesh) darkens none."""
         found: dict[tuple[str, int], tuple[MeteredPath, bool]] = {}
+        darkens = self.switches[name].disconnect_darkens
         for pairs, present in ((make, True), (brk, False)):
+            if not present and not darkens:
+                continue
             for a, b in pairs:
                 for path in self._paths[name]:
                     if {path.ingress, path.egress} == {a, b}:

@@ -225,7 +225,8 @@ class HostMonitor:
             try:
                 listener.host_event(event)
             except Exception as exc:  # a listener's bug must not stop the agents' messages
-                log.exception("a listener of host events failed on %s", event.kind)
+                log.exception("a listener of host events failed on %s from host %s", event.kind,
+                              event.data.get("host"), extra={"host": event.data.get("host")})
                 self.hub.publish("warning", {"detail": (
                     f"{event.kind} from host {event.data.get('host')} was not acted on: "
                     f"{type(exc).__name__}: {exc}")})

@@ -358,7 +358,23 @@ class Lab(Strict):
     fiber: list[FiberEntry] = Field(default_factory=list)
     host: list[HostEntry] = Field(default_factory=list)
     job: list[JobEntry] = Field(default_factory=list)
+    daemon: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """The ``[daemon]`` table: settings of ``labd run`` (labd.settings), under those of its
+    ``--config`` file. Excluded from dumps: it may hold a broker's or database's URL with
+    its password."""
     source: str = Field(default="", exclude=True)
+
+    @field_validator("daemon")
+    @classmethod
+    def _daemon_settings(cls, table: dict[str, Any]) -> dict[str, Any]:
+        # Checked here too, so that a misspelt setting is found by loading the lab (labd
+        # check, the TUI's editor), not only when labd run starts.
+        from labd.settings import check_table
+
+        problems = check_table(table)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return table
 
     @model_validator(mode="after")
     def _hosts_and_jobs(self) -> Lab:
@@ -584,7 +600,7 @@ def _where(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[str, tuple
     if len(loc) >= 2 and loc[0] in ("endpoint", "fiber", "host", "job") and isinstance(
             loc[1], int):
         return f"[[{loc[0]}]] #{loc[1] + 1}", loc[2:]
-    if loc and loc[0] in ("lab",):
+    if loc and loc[0] in ("lab", "daemon"):
         return f"[{loc[0]}]", loc[1:]
     return "", loc
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
-import math
 import re
 import tempfile
 from collections import Counter
@@ -35,7 +34,16 @@ from labd.errors import BackdoorError, CampaignError, LabdError
 from labd.lab.file import file_sha256, load_lab
 from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig
 from labd.measure.runs import Run, RunStore
-from labd.measure.stats import DASH, NOISE_MS, RESAMPLES, SEED, compare_values, enough
+from labd.measure.stats import (
+    DASH,
+    NOISE_MS,
+    NOISE_SHARE,
+    RESAMPLES,
+    SEED,
+    compare_shares,
+    compare_values,
+    enough,
+)
 from labd.vocabulary import PHASES, SPANS, percentile, span_ms
 
 
@@ -471,27 +479,58 @@ def failover_summary(rows: list[dict[str, Any]]
             for (kind, _, stage), v in sorted(failover_values(rows).items())}
 
 
-def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
-                      rows_b: list[dict[str, Any]]) -> Table:
-    """Two schedule replays side by side, mode by mode."""
-    from labd.measure.schedule import schedule_summary
+#: A schedule replay's figures compared as compare_table compares a run's: (figure, its
+#: label), each over the windows that needed a change, except the time added per iteration.
+SCHEDULE_FIGURES = (("reconfig_ms", "reconfiguration"), ("overrun_ms", "overrun"),
+                    ("added", "added per iteration"))
 
-    table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms, "
-                        "change = second - first")
-    figures = (("hidden", "hidden share"), ("overrun_p50", "overrun p50"),
-               ("overrun_p99", "overrun p99"), ("added_per_iteration", "added per iteration"))
-    for column in ("mode", "figure", a.name, b.name, "change"):
-        table.add_column(column, justify="left" if column in ("mode", "figure") else "right")
-    first = {s["mode"]: s for s in schedule_summary(rows_a)}
-    second = {s["mode"]: s for s in schedule_summary(rows_b)}
+
+def schedule_values(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per mode: each figure's values (ms), and ``hidden`` (1 or 0 per window that needed
+    a change)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for mode in sorted({r["mode"] for r in rows}):
+        mine = [r for r in rows if r["mode"] == mode]
+        needing = [r for r in mine if r["changed"]]
+        added: dict[int, float] = {}
+        for r in mine:
+            added[r["iteration"]] = added.get(r["iteration"], 0.0) + r["overrun_ms"]
+        out[mode] = {"reconfig_ms": [r["reconfig_ms"] for r in needing],
+                     "overrun_ms": [r["overrun_ms"] for r in needing],
+                     "added": list(added.values()),
+                     "hidden": [1.0 if r["hidden"] else 0.0 for r in needing]}
+    return out
+
+
+def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
+                      rows_b: list[dict[str, Any]], *, noise_ms: float = NOISE_MS) -> Table:
+    """Two schedule replays side by side, mode by mode: the share of changes hidden, and
+    the p50 and p99 of the reconfigurations, their overruns and the time added per
+    iteration, each with a verdict from bootstrap intervals as compare_table gives."""
+    table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms",
+                  caption=f"95 % bootstrap intervals of {b.name} - {a.name} ({RESAMPLES:,} "
+                          f"resamples, seed {SEED}); a difference under {noise_ms:g} ms, or "
+                          f"{NOISE_SHARE * 100:g} points of the share hidden, is noise "
+                          "whatever its interval")
+    for column in ("mode", "figure", "n", a.name, b.name, "verdict"):
+        table.add_column(column, justify="right" if column in ("n", a.name, b.name)
+                         else "left")
+    first, second = schedule_values(rows_a), schedule_values(rows_b)
     for mode in sorted(set(first) | set(second)):
-        for key, label in figures:
-            x, y = first.get(mode, {}).get(key), second.get(mode, {}).get(key)
-            cells = [DASH if v is None or math.isnan(v) else f"{v:.3f}" for v in (x, y)]
-            change = (f"{y - x:+.3f}" if x is not None and y is not None
-                      and not math.isnan(y - x) else f"only in {a.name if y is None else b.name}"
-                      if (x is None) != (y is None) else DASH)
-            table.add_row(mode, label, *cells, change)
+        x, y = first.get(mode, {}), second.get(mode, {})
+        hidden_a, hidden_b = x.get("hidden", []), y.get("hidden", [])
+        share = compare_shares([v > 0 for v in hidden_a], [v > 0 for v in hidden_b],
+                               what="hidden", names=(a.name, b.name))
+        table.add_row(mode, "hidden share", f"{len(hidden_a)} / {len(hidden_b)}",
+                      *(DASH if v is None else f"{v * 100:.1f} %" for v in (share.a, share.b)),
+                      share.verdict)
+        for key, label in SCHEDULE_FIGURES:
+            xs, ys = x.get(key, []), y.get(key, [])
+            for q in (50, 99):
+                said = compare_values(xs, ys, q, names=(a.name, b.name), noise_ms=noise_ms)
+                table.add_row(mode, f"{label} p{q}", f"{len(xs)} / {len(ys)}",
+                              *(DASH if v is None else f"{v:.3f}" for v in (said.a, said.b)),
+                              said.verdict)
     return table
 
 

@@ -17,10 +17,12 @@ Schedule files are TOML (see ``labd/measure/schedules/``); ``synthetic`` makes 3
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import time
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,30 +189,91 @@ async def check_switches(client: DaemonClient, schedule: Schedule
     return keep
 
 
+#: The end of a wait a loop timer is not trusted with (s): uvloop rounds a timer to the
+#: millisecond and its clock is read once per pass of the loop, so a timer fires up to a
+#: millisecond early or late; the last stretch of a wait yields to the loop instead.
+_TIMER_SLACK = 0.0007
+
+
+async def sleep_until(deadline: float) -> None:
+    """Wait until ``time.monotonic()`` reaches ``deadline``: on a timer for all but its
+    last :data:`_TIMER_SLACK`, then yielding to the loop (a window of 8 ms is what is
+    measured: a millisecond of the timer's is an eighth of it)."""
+    while (left := deadline - time.monotonic()) > 0:  # noqa: ASYNC110 - a clock, not a state
+        await asyncio.sleep(left - _TIMER_SLACK if left > 2 * _TIMER_SLACK else 0)
+
+
+_DONE = object()
+
+
 async def replay(client: DaemonClient, schedule: Schedule, *, iterations: int,
                  speculative: bool, skip: int = 0) -> AsyncIterator[dict[str, Any]]:
     """Replay ``iterations`` iterations in real time; yield one row per phase (its window
     and reconfiguration). ``skip`` rows already measured are not measured again (a resumed
     run replays the interrupted iteration from its start but keeps only the phases it
     lacks). Circuits the switches hold on ports the schedule does not use stay as they are;
-    what the replay made is cleared afterwards."""
+    what the replay made is cleared afterwards.
+
+    The replay keeps its own time in a task of its own: whoever takes the rows (a run
+    commits each to its store) does so meanwhile, not inside the next idle window."""
     if iterations < 1:
         raise ScheduleError(f"iterations {iterations}: need at least 1")
     keep = await check_switches(client, schedule)
+    config: dict[str, dict[int, int]] = {s: {} for s in schedule.switches()}
+    rows: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def timed() -> None:
+        try:
+            await _replay_timed(client, schedule, keep, config, rows.put_nowait,
+                                iterations=iterations, speculative=speculative, skip=skip)
+        except BaseException as exc:
+            rows.put_nowait(exc)  # raised where the rows are taken
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        rows.put_nowait(_DONE)
+
+    # A full collection walks every object of the process: with the daemon in this process
+    # (``--lab``) one took ~90 ms, in the middle of a window, every few seconds. What lives
+    # before the replay is left out of collections until it ends.
+    gc.freeze()
+    replaying = asyncio.create_task(timed(), name=f"replay {schedule.name}")
+    try:
+        while (row := await rows.get()) is not _DONE:
+            if isinstance(row, BaseException):
+                raise row
+            yield row
+    finally:
+        if not replaying.done():
+            replaying.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await replaying
+        gc.unfreeze()
+        for switch, pairs in config.items():
+            if pairs:
+                await client.post(f"/v1/switches/{switch}/disconnect", {
+                    "ports": sorted(pairs), "verify_light": False, "cause": "schedule"})
+
+
+async def _replay_timed(client: DaemonClient, schedule: Schedule,
+                        keep: dict[str, dict[int, int]], config: dict[str, dict[int, int]],
+                        emit: Callable[[dict[str, Any]], None], *, iterations: int,
+                        speculative: bool, skip: int) -> None:
+    """The replay's timeline (see :func:`replay`); ``config`` follows what each switch was
+    given, ``emit`` takes each row."""
     per_iteration = len(schedule.phase)
     first = skip // per_iteration
-    config: dict[str, dict[int, int]] = {s: {} for s in schedule.switches()}
     mode = "speculative" if speculative else "on demand"
 
     async def reconfigure(phase: Phase) -> tuple[float, list[str], float | None]:
-        """Put the phase's configuration on every switch that lacks it: (seconds until the
-        last answer, switches changed, the daemon's longest requested → done in ms)."""
+        """Put the phase's configuration on every switch that lacks it: (when the last
+        answer came, switches changed, the daemon's longest requested → done in ms)."""
         changed = [s for s, pairs in phase.circuits.items() if dict(pairs) != config[s]]
-        started = time.monotonic()
         answers = await asyncio.gather(*(
             client.put(f"/v1/switches/{s}/connections", {
                 "pairs": [*map(list, keep[s].items()), *map(list, phase.circuits[s])],
                 "verify_light": False, "cause": "schedule"}) for s in changed))
+        answered = time.monotonic()
         for s in changed:
             config[s] = dict(phase.circuits[s])
         spans = [(a["phases"]["done"] - a["phases"]["requested"]) / 1e6 for a in answers
@@ -218,44 +281,46 @@ async def replay(client: DaemonClient, schedule: Schedule, *, iterations: int,
         bad = [a for a in answers if a.get("outcome") != "ok"]
         if bad:
             raise ScheduleError(f"phase {phase.name!r}: {bad[0]['switch']}: {bad[0]['error']}")
-        return time.monotonic() - started, changed, max(spans, default=None)
+        return answered, changed, max(spans, default=None)
 
     gaps = idle_gaps(schedule)
-    try:
-        origin = time.monotonic()  # when the current iteration began
-        previous_end: float | None = None  # when the last phase's traffic ended
-        for iteration in range(first, iterations):
-            late = 0.0  # how far behind the schedule this iteration runs (s)
-            for index, phase in enumerate(schedule.phase):
-                due = origin + phase.start_ms / 1000 + late
-                if speculative and previous_end is not None:
-                    begin = previous_end  # at once: the traffic before has ended
-                else:
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
-                    begin = time.monotonic()
-                took, changed, device_ms = await reconfigure(phase)
-                ready = begin + took
-                overrun = max(0.0, ready - due)
-                late += overrun
-                start = max(due, ready)
-                await asyncio.sleep(max(0.0, start - time.monotonic()))
-                if iteration * per_iteration + index >= skip:
-                    yield {"iteration": iteration, "phase": index, "name": phase.name,
-                           "mode": mode, "changed": changed, "gap_ms": gaps[index],
-                           "window_ms": max(0.0, due - begin) * 1000,
-                           "reconfig_ms": took * 1000 if changed else 0.0,
-                           "daemon_ms": device_ms, "hidden": overrun == 0.0,
-                           "overrun_ms": overrun * 1000, "late_ms": late * 1000}
-                # The phase's traffic; the GPUs then compute until the next phase.
-                await asyncio.sleep(max(0.0, start + phase.duration_ms / 1000
-                                        - time.monotonic()))
-                previous_end = time.monotonic()
-            origin += schedule.iteration_ms / 1000 + late
-    finally:
-        for switch, pairs in config.items():
-            if pairs:
-                await client.post(f"/v1/switches/{switch}/disconnect", {
-                    "ports": sorted(pairs), "verify_light": False, "cause": "schedule"})
+    origin = time.monotonic()  # when the current iteration began
+    # When the last phase's traffic ended. Before the first, nothing uses the switches: a
+    # speculative replay reconfigures for it at once.
+    previous_end: float | None = origin if speculative else None
+    for iteration in range(first, iterations):
+        late = 0.0  # how far behind the schedule this iteration runs (s)
+        for index, phase in enumerate(schedule.phase):
+            due = origin + phase.start_ms / 1000 + late
+            if previous_end is not None:
+                begin = previous_end  # at once: the traffic before has ended
+            else:
+                await sleep_until(due)
+                begin = time.monotonic()
+            # Timed from when the request left (a speculative one leaves at once, but not
+            # before the loop comes back to the replay), not from when it was due to.
+            sent = time.monotonic()
+            ready, changed, device_ms = await reconfigure(phase)
+            overrun = max(0.0, ready - due)
+            late += overrun
+            start = max(due, ready)
+            if iteration * per_iteration + index >= skip:
+                # Handed over now, so that taking it (a run commits it) overlaps the rest
+                # of the window and the phase's traffic, not the next reconfiguration.
+                emit({"iteration": iteration, "phase": index, "name": phase.name,
+                      "mode": mode, "changed": changed, "gap_ms": gaps[index],
+                      "window_ms": max(0.0, due - begin) * 1000,
+                      "reconfig_ms": (ready - sent) * 1000 if changed else 0.0,
+                      "daemon_ms": device_ms, "hidden": overrun == 0.0,
+                      "overrun_ms": overrun * 1000, "late_ms": late * 1000})
+            await sleep_until(start)
+            # The phase's traffic; the GPUs then compute until the next phase. Its end is
+            # the schedule's (not when this task next ran): the idle window starts there.
+            end = start + phase.duration_ms / 1000
+            await sleep_until(end)
+            if speculative:
+                previous_end = end
+        origin += schedule.iteration_ms / 1000 + late
 
 
 def schedule_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,10 @@ percentile taken of each resample, and the 2.5th and 97.5th percentiles of B's m
 are the 95 % interval of the difference. A bootstrap sees only the spread within each run,
 not how a machine's load differs from one run to the next, so a difference smaller than a
 floor (``noise_ms``) is called noise even where the interval excludes zero.
+
+A share (how often a schedule's reconfiguration was hidden) is compared the same way: each
+run's true-or-false values resampled, the interval on the difference of the shares, and a
+floor of ``NOISE_SHARE``.
 """
 
 from __future__ import annotations
@@ -109,3 +113,68 @@ def compare_values(a: Sequence[float], b: Sequence[float], q: float, *, names: t
                           f"(95 % CI {low:.3f}{DASH}{high:.3f})", 1, delta, low, high)
     return Comparison(q, n_a, n_b, pa, pb, f"{names[1]} is faster by {-delta:.3f} ms "
                       f"(95 % CI {-high:.3f}{DASH}{-low:.3f})", -1, delta, low, high)
+
+
+#: A share differing by less than this (5 points in 100) is no difference, whatever its
+#: interval says (the bootstrap sees only the spread within each run, as for NOISE_MS).
+NOISE_SHARE = 0.05
+
+
+def bootstrap_share_difference(a: Sequence[bool], b: Sequence[bool], *,
+                               resamples: int = RESAMPLES, seed: int = SEED
+                               ) -> tuple[float, float]:
+    """The 95 % interval of (B's share of true values - A's), by resampling each run."""
+    rng = np.random.default_rng(seed)
+    first, second = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    differences = []
+    for start in range(0, resamples, _CHUNK):
+        size = min(_CHUNK, resamples - start)
+        pick_a = rng.integers(0, len(first), size=(size, len(first)))
+        pick_b = rng.integers(0, len(second), size=(size, len(second)))
+        differences.append(second[pick_b].mean(axis=1) - first[pick_a].mean(axis=1))
+    low, high = np.percentile(np.concatenate(differences), [2.5, 97.5])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class ShareComparison:
+    """How often something held in two runs (a share of 0 to 1), and the verdict."""
+
+    n_a: int
+    n_b: int
+    a: float | None
+    b: float | None
+    verdict: str
+    direction: int = 0
+    """+1 where B's share is higher beyond noise, -1 where lower, 0 otherwise."""
+    delta: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+def compare_shares(a: Sequence[bool], b: Sequence[bool], *, what: str = "true",
+                   names: tuple[str, str] = ("A", "B"), noise: float = NOISE_SHARE,
+                   resamples: int = RESAMPLES, seed: int = SEED) -> ShareComparison:
+    """A's and B's share of true values and the verdict in words, in points of 100:
+    ``B is hidden less often by …`` (``what`` names the value: ``hidden``), ``no
+    difference beyond noise``, or the share in one run only."""
+    n_a, n_b = len(a), len(b)
+    share_a = sum(map(bool, a)) / n_a if n_a else None
+    share_b = sum(map(bool, b)) / n_b if n_b else None
+    if share_a is None or share_b is None:
+        return ShareComparison(n_a, n_b, share_a, share_b,
+                               f"only in {names[0] if n_a else names[1]}" if n_a or n_b
+                               else "in neither run")
+    delta = share_b - share_a
+    low, high = bootstrap_share_difference(a, b, resamples=resamples, seed=seed)
+    points = f"{abs(delta) * 100:.1f} points (95 % CI {min(abs(low), abs(high)) * 100:.1f}" \
+             f"{DASH}{max(abs(low), abs(high)) * 100:.1f})"
+    if low <= 0 <= high or abs(delta) < noise:
+        return ShareComparison(n_a, n_b, share_a, share_b,
+                               f"no difference beyond noise (Δ {delta * 100:+.1f} points, "
+                               f"95 % CI {low * 100:+.1f} to {high * 100:+.1f})",
+                               0, delta, low, high)
+    more = "more" if delta > 0 else "less"
+    return ShareComparison(n_a, n_b, share_a, share_b,
+                           f"{names[1]} is {what} {more} often by {points}",
+                           1 if delta > 0 else -1, delta, low, high)

@@ -2,9 +2,13 @@
 instruments and hosts as fields, and no secret in any line (nor anywhere else a `labd run`
 process writes)."""
 
+import asyncio
 import io
 import json
 import logging
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +29,8 @@ from tests.labs import endpoint, host, instrument, write_lab
 
 TOKEN = "tok-never-LOGGED-4f1c9e"
 TL1_PASSWORD = "tl1-never-LOGGED-7d2a"
+#: The key a host's agent is given: not one the daemon takes, so the agent logs why.
+AGENT_KEY = "agent-key-never-LOGGED-93ab"
 
 
 @pytest.fixture
@@ -103,8 +109,10 @@ def test_short_secrets_are_not_searched_for(root_logging: None) -> None:
 async def test_labd_run_logs_json_lines_with_names_and_no_secret(tmp_path: Path) -> None:
     """A TL1 switch with a password, a host, a token: every stderr line of the daemon is a
     JSON object, the lines about the switch and the host name them, and neither secret
-    appears in anything it writes, raw bytes logged and a reconnect (a new login) included."""
-    _, lab = write_lab(
+    appears in anything it writes, raw bytes logged and a reconnect (a new login) included.
+    The host's agent, refused for a key the daemon does not take, logs JSON lines naming
+    its host, and its key appears in neither process's output."""
+    name, lab = write_lab(
         tmp_path, "logs",
         instrument("ocs1", "polatis-tl1", size="8x8", user="admin", password=TL1_PASSWORD,
                    watch_interval_s=0),
@@ -128,6 +136,7 @@ async def test_labd_run_logs_json_lines_with_names_and_no_secret(tmp_path: Path)
         await daemon.log("the login after the reconnect", lambda _: len(
             [line for line in daemon.logs if "ACT-USER" in line["message"]]) > logins,
             timeout=deadlines.current().of("resync"))
+        agent_code, agent_out, agent_logs = await refused_agent(name, url)
         assert await daemon.stop(timeout=deadlines.current().times(10)) == 0
     finally:
         await daemon.close()
@@ -137,4 +146,46 @@ async def test_labd_run_logs_json_lines_with_names_and_no_secret(tmp_path: Path)
     assert any("connected" in line["message"] for line in about_ocs1)
     assert any(line.get("host") == "h0" for line in daemon.logs)
     assert any("ENT-PATCH" in line["message"] for line in daemon.logs)  # raw bytes logged
+    # Every line of bytes on the wire names its instrument as a field.
+    wire = [line for line in daemon.logs if line["logger"] == "instruments.wire"]
+    assert wire and all(line.get("instrument") == "ocs1" for line in wire)
     assert TOKEN not in daemon.output and TL1_PASSWORD not in daemon.output
+    assert AGENT_KEY not in daemon.output
+    # The agent: JSON lines, the refusal naming its host, its key nowhere.
+    assert agent_code == 0, agent_out
+    refusals = [line for line in agent_logs if "cannot reach the daemon" in line["message"]]
+    assert refusals and all(line["host"] == "h0" for line in refusals)
+    assert "401" in refusals[0]["message"]
+    assert AGENT_KEY not in agent_out and TOKEN not in agent_out
+
+
+async def refused_agent(lab: str, url: str) -> tuple[int, str, list[dict[str, object]]]:
+    """``labd agent`` for host h0 at debug level, JSON logs, a key the daemon refuses: run
+    until it has logged the refusal, then stopped. Its exit code, all it wrote, and its
+    stderr's lines as JSON (a line that is not JSON fails the test)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LABD_") or k == deadlines.SCALE_ENV}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "agent", "--host", "h0", "--lab", lab,
+        "--daemon", url, "--backend", "emulated", "--gpus", "1", "--log-format", "json",
+        "--log-level", "debug", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**env, "LABD_TOKEN": AGENT_KEY})
+    assert proc.stderr is not None and proc.stdout is not None
+    errors: list[str] = []
+    try:
+        async with asyncio.timeout(deadlines.current().of("process_ready")):
+            while not any("cannot reach the daemon" in line for line in errors):
+                line = await proc.stderr.readline()
+                assert line, f"labd agent ended before it was refused:\n{''.join(errors)}"
+                errors.append(line.decode())
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(deadlines.current().times(10)):
+            out, rest = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    errors += rest.decode().splitlines(keepends=True)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + "".join(errors), [
+        json.loads(line) for line in errors if line.strip()]

@@ -8,12 +8,14 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from labd import deadlines
 from labd.settings import NAMES, SettingsError, daemon_table, env_name, mask_url, resolve
+from tests.commands.running import Running
 from tests.labs import switch, write_lab
 
 LABD = [sys.executable, "-m", "labd"]
@@ -69,7 +71,7 @@ def test_environment_values_are_read_as_their_types() -> None:
      "setting log_level = 'info,labd.fabric=loud' (from flag --log-level): 'loud' is no "
      "level"),
     ({"env": {"LABD_LEASE_RENEW_S": "3"}},
-     "lease_renew_s (3) must be shorter than lease_ttl_s (2)"),
+     "lease_renew_s (3) must be at most half lease_ttl_s (2)"),
     ({"files": [("a.toml", {"tls_cert": "c.pem"})]}, "tls_cert and tls_key go together"),
     ({"env": {"LABD_OPEN_READS": "perhaps"}}, "(from env LABD_OPEN_READS)"),
 ])
@@ -162,3 +164,58 @@ async def test_bad_settings_stop_labd_run_with_one_message(tmp_path: Path) -> No
     code, out, err = await labd("run", str(lab), "--config", str(config))
     assert code == 2 and f"(from file {config})" in err.replace("\n", "")
     assert "Traceback" not in err + out
+
+
+async def test_the_lab_files_daemon_table_is_a_file_source_under_config(
+        tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "cfg", '[daemon]\nport = 9300\nlog_format = "json"\n',
+                       switch())
+    code, out, err = await labd("config", "show", str(lab), "--json",
+                                env={"LABD_METRICS_NEED_KEY": "true"})
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["port"] == {"value": "9300", "source": "file", "from": f"file {lab}"}
+    assert shown["log_format"] == {"value": "json", "source": "file", "from": f"file {lab}"}
+    assert shown["metrics_need_key"] == {"value": "true", "source": "env",
+                                         "from": "env LABD_METRICS_NEED_KEY"}
+    # The installation's --config over the lab's table, setting by setting.
+    config = tmp_path / "labd.toml"
+    config.write_text("[daemon]\nport = 9301\n")
+    code, out, err = await labd("config", "show", str(lab), "--config", str(config), "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["port"] == {"value": "9301", "source": "file", "from": f"file {config}"}
+    assert shown["log_format"]["from"] == f"file {lab}"
+    assert shown["metrics_need_key"]["source"] == "default"
+    # A misspelt setting in the lab's table: one line naming the file, the table and the
+    # closest setting.
+    _, bad = write_lab(tmp_path, "cfg", "[daemon]\nprot = 9300\n", switch(), file="bad.toml")
+    code, out, err = await labd("config", "show", str(bad))
+    assert code == 2
+    assert "no setting 'prot' (did you mean 'port'?)" in " ".join(err.split())
+    assert "Traceback" not in out + err
+
+
+async def test_metrics_need_a_key_where_the_setting_says(tmp_path: Path) -> None:
+    """labd run with --metrics-need-key, the rest of its settings from the lab file's
+    [daemon] table: /metrics refuses a request without a key, and serves a viewer's."""
+    viewer, admin = "viewer-key-0a1b2c3d4e", "admin-key-5f6a7b8c9d"
+    access = tmp_path / "access.toml"
+    access.write_text(f'[[key]]\nname = "prometheus"\nrole = "viewer"\ntoken = "{viewer}"\n'
+                      f'[[key]]\nrole = "admin"\ntoken = "{admin}"\n')
+    access.chmod(0o600)
+    _, lab = write_lab(tmp_path, "metrics-key",
+                       f'[daemon]\nport = 0\ndb = "{tmp_path / "s.sqlite"}"\n', switch())
+    daemon = await Running.start(str(lab), "--access", str(access), "--metrics-need-key",
+                                 env={"LABD_TOKEN": admin})
+    try:
+        async with httpx.AsyncClient(base_url=await daemon.url()) as http:
+            refused = await http.get("/metrics")
+            wrong = await http.get("/metrics", headers={"Authorization": "Bearer not-a-key"})
+            served = await http.get("/metrics",
+                                    headers={"Authorization": f"Bearer {viewer}"})
+        assert await daemon.stop(timeout=deadlines.current().times(10)) == 0
+    finally:
+        await daemon.close()
+    assert refused.status_code == 401 and wrong.status_code == 401
+    assert served.status_code == 200 and "labd_instrument_up" in served.text

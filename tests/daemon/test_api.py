@@ -25,6 +25,7 @@ ROUTES = {
     ("POST", "/v1/switches/{switch}/connections"), ("PUT", "/v1/switches/{switch}/connections"),
     ("POST", "/v1/switches/{switch}/disconnect"),
     ("GET", "/v1/circuits"), ("POST", "/v1/circuits"), ("POST", "/v1/circuits/disconnect"),
+    ("GET", "/v1/circuits/plan"), ("GET", "/v1/endpoints"),
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job}"), ("POST", "/v1/jobs/{job}/circuits"),
     ("POST", "/v1/jobs/{job}/start"), ("POST", "/v1/jobs/{job}/stop"),
     ("POST", "/v1/jobs/{job}/spares"), ("POST", "/v1/jobs/{job}/decision"),

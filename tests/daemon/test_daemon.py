@@ -332,3 +332,20 @@ async def test_a_change_on_several_metered_paths_is_watched_from_one_moment(
     assert sorted(t["channel"] for t in traces) == [1, 2, 3]
     assert len({t["start_ns"] for t in traces}) == 1
     assert all(t["dbm"][0] < -60 and t["dbm"][-1] > -30 for t in traces)
+
+
+async def test_a_mesh_disconnect_on_a_metered_path_is_not_checked_for_darkness(
+        start_rig: StartRig) -> None:
+    """A mesh's light always goes somewhere, and its disconnect changes nothing on the chip:
+    it was refused as "light not gone" on every metered path (the demo's sweep: a quarter
+    of its checks)."""
+    mesh = switch("mesh1", driver="qontrol-mesh", size="4x4")
+    parts = (mesh, PM1, metered("a", "b", 1, 5, 1, switch="mesh1"))
+    async with daemon_on(start_rig, *parts) as (daemon, _), httpx.AsyncClient(
+            base_url=daemon.url, headers=AUTH) as http:
+        made = (await http.post("/v1/switches/mesh1/connections",
+                                json={"pairs": [[1, 5]]})).json()
+        assert made["outcome"] == "ok", made
+        broken = (await http.post("/v1/switches/mesh1/disconnect", json={"ports": [1]})).json()
+        assert broken["outcome"] == "ok", broken
+        assert broken["error"] is None

@@ -258,3 +258,26 @@ recovery = "RECOVERY"
     assert loaded.job[0].spares == ["g2"] and loaded.job[0].recovery == "ask"
     assert loaded.placement("g1") == (loaded.host[0], 1)  # the second NIC: GPU 1
     assert loaded.placement("g9") is None
+
+
+def test_a_daemon_table_holds_settings_of_labd_run(tmp_path: Path) -> None:
+    """Loaded, kept out of dumps (it may hold a URL with a password), and checked as
+    settings: a misspelt name or a value no setting takes is found by loading the lab."""
+    lab = load_lab(write(tmp_path, '[lab]\nname = "x"\n[daemon]\nport = 9300\n'
+                                   'mqtt = "mqtt://labd:pw-in-url@broker:1883"\n'))
+    assert lab.daemon == {"port": 9300, "mqtt": "mqtt://labd:pw-in-url@broker:1883"}
+    assert "daemon" not in lab.model_dump() and "pw-in-url" not in lab.model_dump_json()
+    assert load_lab(write(tmp_path, '[lab]\nname = "x"\n')).daemon == {}
+    found = problems(write(tmp_path, '[lab]\nname = "x"\n[daemon]\nprot = 9300\n'
+                                     'port = "high"\nlease_ttl_s = -1\n'))
+    assert len(found) == 1
+    assert found[0].startswith(f"{tmp_path / 'lab.toml'}: [daemon]: ")
+    assert "field 'prot': no setting of that name (did you mean 'port'?)" in found[0]
+    assert "field 'port': Input should be a valid integer" in found[0]
+    assert "field 'lease_ttl_s': Input should be greater than 0 (got -1)" in found[0]
+    assert problems(write(tmp_path, 'daemon = 3\n[lab]\nname = "x"\n')) == [
+        f"{tmp_path / 'lab.toml'}: [daemon]: Input should be a valid dictionary (got 3)"]
+    # What only the settings together decide waits for every source: --config may hold
+    # the key that goes with this certificate.
+    assert load_lab(write(tmp_path, '[lab]\nname = "x"\n[daemon]\ntls_cert = "c.pem"\n'
+                          )).daemon == {"tls_cert": "c.pem"}

@@ -1,12 +1,18 @@
 """Parallelism schedules: files, the synthetic 3D-parallel generator, and replays through
 the API on an emulated lab."""
 
+import random
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from labd.client.api import DaemonClient
 from labd.errors import ScheduleError
+from labd.measure.reconfig import compare_schedules
+from labd.measure.runs import Run
 from labd.measure.schedule import (
     check_switches,
     idle_gaps,
@@ -16,6 +22,7 @@ from labd.measure.schedule import (
     synthetic,
     to_toml,
 )
+from labd.measure.stats import DASH
 from tests.commands.test_cli import run
 from tests.labs import switch
 from tests.rigs import StartRig
@@ -120,3 +127,83 @@ async def test_schedule_command_refuses_bad_requests(tmp_path: Path) -> None:
                                    str(tmp_path / "r.sqlite"), timeout=60)
         assert code == 2 and words in " ".join((out + err).split()), (args, out, err)
         assert "Traceback" not in out + err
+
+
+def replayed(seed: int, switch_ms: float, *, iterations: int = 100, window_ms: float = 27.0,
+             mode: str = "on demand") -> list[dict[str, Any]]:
+    """A replay's rows as a run keeps them, of a schedule with four phase changes per
+    iteration, each reconfiguration taking about ``switch_ms`` (0.2 ms of spread) in a
+    window of ``window_ms`` before its phase is due."""
+    rng = random.Random(seed)
+    rows = []
+    for iteration in range(iterations):
+        late = 0.0
+        for phase in range(4):
+            took = switch_ms + rng.gauss(0, 0.2)
+            overrun = max(0.0, took - window_ms)
+            late += overrun
+            rows.append({"iteration": iteration, "phase": phase, "name": f"p{phase}",
+                         "mode": mode, "changed": True, "gap_ms": window_ms,
+                         "window_ms": window_ms, "reconfig_ms": took, "daemon_ms": took,
+                         "hidden": overrun == 0.0, "overrun_ms": overrun, "late_ms": late})
+    return rows
+
+
+def schedule_run(name: str) -> Run:
+    return Run(name=name, kind="schedule", labd_version="0", lab_name="bench",
+               target="lab bench.toml (emulated)", lab_sha256="", planned=0,
+               status="complete", params={"emulated": True})
+
+
+def verdicts(a: str, rows_a: list[dict[str, Any]], b: str, rows_b: list[dict[str, Any]]
+             ) -> dict[str, str]:
+    """The comparison as printed: each figure's verdict, by figure."""
+    console = Console(width=240, record=True)
+    console.print(compare_schedules(schedule_run(a), rows_a, schedule_run(b), rows_b))
+    out = console.export_text()
+    assert "nan" not in out
+    found = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) >= 7 and cells[1] == "on demand":
+            found[cells[2]] = cells[6]
+    return found
+
+
+def test_compare_of_schedule_runs_tells_noise_from_a_slower_switch() -> None:
+    # Two replays of the same configuration (25 ms switch, 27 ms windows): noise only.
+    same = verdicts("a25", replayed(1, 25), "b25", replayed(2, 25))
+    assert set(same) == {"hidden share", *(f"{figure} p{q}" for figure in (
+        "reconfiguration", "overrun", "added per iteration") for q in (50, 99))}
+    assert all(v.startswith("no difference beyond noise") for v in same.values()), same
+
+    # 30 ms against 25 ms: B is slower, its changes no longer hidden, and it says by how much.
+    slower = verdicts("a25", replayed(1, 25), "c30", replayed(2, 30))
+    assert 4.8 < by(slower["reconfiguration p50"], "c30 is slower") < 5.2
+    assert 2.8 < by(slower["overrun p50"], "c30 is slower") < 3.2  # 30 ms in 27 ms windows
+    assert 11 < by(slower["added per iteration p50"], "c30 is slower") < 13  # four a time
+    assert slower["hidden share"].startswith("c30 is hidden less often by 100.0 points")
+    # And the other way round, A against B: faster.
+    faster = verdicts("c30", replayed(2, 30), "a25", replayed(1, 25))
+    assert 4.8 < by(faster["reconfiguration p50"], "a25 is faster") < 5.2
+
+
+def by(verdict: str, said: str) -> float:
+    """How much a verdict says, checked to hold its interval in words."""
+    found = re.fullmatch(rf"{said} by ([\d.]+) ms \(95 % CI ([\d.]+){DASH}([\d.]+)\)", verdict)
+    assert found, verdict
+    much, low, high = map(float, found.groups())
+    assert low <= much <= high
+    return much
+
+
+def test_a_schedule_compare_says_what_cannot_be_compared() -> None:
+    """A mode in one run only, and too few windows for a p99, in words (never nan)."""
+    few = replayed(1, 25, iterations=5)  # 20 windows: a p50, not a p99
+    speculative = replayed(3, 25, iterations=5, mode="speculative")
+    console = Console(width=240, record=True)
+    console.print(compare_schedules(schedule_run("a"), few, schedule_run("b"),
+                                    few + speculative))
+    out = console.export_text()
+    assert "n = 20: too few for a p99 (needs 100)" in out
+    assert "only in b" in out and "nan" not in out

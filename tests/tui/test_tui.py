@@ -28,6 +28,7 @@ from tests.labs import ring_lab
 from tests.rigs import Background, background_rig
 from tui.app import LabApp
 from tui.render import sparkline
+from tui.screens.confirm import ConfirmScreen
 from tui.sentences import sentence
 from tui.tabs.reconfigurations import KEEP, latency_rows, record
 
@@ -84,6 +85,15 @@ async def until(app: LabApp, check: Callable[[], bool], timeout: float = 15) -> 
             await app.applied.wait()
 
 
+async def asked(app: LabApp) -> str:
+    """Once the UI asks (a change's plan comes from the daemon first): the question and
+    what the change would do, as the dialog shows them."""
+    await until(app, lambda: isinstance(app.screen, ConfirmScreen))
+    shown = [str(label.render()) for label in app.screen.query(Label)
+             if label.id in ("question", "detail")]
+    return "\n".join(shown)
+
+
 def cell(table: DataTable, row: str, column: int) -> str:  # type: ignore[type-arg]
     return str(table.get_row(row)[column])
 
@@ -99,12 +109,13 @@ async def test_port_map_follows_the_daemon_and_makes_circuits(tmp_path: Path) ->
 
         # A circuit typed at the keyboard is asked about first; no changes nothing.
         await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter")
-        assert "Make the circuit h0.nic0 → h1.nic0" in str(
-            app.screen.query_one("#question", Label).render())
+        assert "Make the circuit h0.nic0 → h1.nic0" in await asked(app)
         await pilot.press("n")
         assert app.screen is app.screen_stack[0] and not rig.daemon.engine.intended["ocs1"]
         # Yes makes it, and it appears on the port map.
-        await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter", "y")
+        await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter")
+        await asked(app)
+        await pilot.press("y")
         await until(app, lambda: cell(table, "ocs1:1", 2) == "9")
         assert cell(table, "ocs1:9", 2) == "1"
         # Both ports name the circuit end to end.
@@ -326,6 +337,43 @@ async def test_events_in_sentences_with_the_lab_in_the_title(tmp_path: Path) -> 
         assert field.value == "h1.nic0"
         await pilot.press("escape")
         assert app.screen is app.screen_stack[0]
+
+
+async def test_c_completes_the_labs_endpoints_and_shows_the_plan(tmp_path: Path) -> None:
+    async with attached(tmp_path, "tui8") as (rig, app, pilot):
+        # No circuit and no host yet: the offers are the lab's endpoints, from the API.
+        assert app.lab_endpoints == ["h0.nic0", "h1.nic0"]
+        await pilot.press("c", "h", "0")
+        field = app.screen.query_one("#src", Input)
+        assert field.value == "h0" and field._suggestion == "h0.nic0"
+        await pilot.press("right")  # takes the offer
+        assert field.value == "h0.nic0"
+        await pilot.press("enter", "h", "1", "right")
+        assert app.screen.query_one("#dst", Input).value == "h1.nic0"
+        await pilot.press("enter")
+        # Before the question: the switch and ports the daemon would cross-connect.
+        shown = await asked(app)
+        assert "Make the circuit h0.nic0 → h1.nic0" in shown
+        assert "ocs1  port 1 → port 9" in shown and "Displaces no circuit" in shown
+        assert not rig.daemon.engine.intended["ocs1"]  # asking changed nothing
+        await pilot.press("y")
+        table = app.query_one("#portmap", DataTable)
+        await until(app, lambda: cell(table, "ocs1:1", 2) == "9")
+        assert rig.daemon.engine.intended["ocs1"] == {1: 9}  # what the plan said
+
+        # Again: it cannot be made, and the UI says what is in the way instead of asking.
+        await pilot.press("c", *"h0.nic0", "enter", *"h1.nic0", "enter")
+        await until(app, lambda: "cannot be made" in app.changes.last_notice)
+        notice = app.changes.last_notice
+        assert "the circuit is already up" in notice
+        assert "ocs1:1 (circuit h0.nic0 → h1.nic0)" in notice
+        assert app.screen is app.screen_stack[0]
+        # An endpoint the lab does not have: the daemon's reason, nothing asked.
+        await pilot.press("c", *"h0.nic0", "enter", *"nowhere", "enter")
+        await until(app, lambda: "not planned" in app.changes.last_notice)
+        assert "to: no endpoint 'nowhere'" in app.changes.last_notice
+        assert app.screen is app.screen_stack[0]
+        assert rig.daemon.engine.intended["ocs1"] == {1: 9}
 
 
 def test_sentences() -> None:

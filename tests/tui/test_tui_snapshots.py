@@ -29,8 +29,9 @@ from labd.store.store import ReconfigurationRecord
 from tests.labs import ring_lab
 from tests.rigs import background_rig
 from tests.tui.screen import dialog_lines, screen_lines, shows_whole
-from tests.tui.test_tui import LAB
+from tests.tui.test_tui import LAB, until
 from tui.app import LabApp
+from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import KEYS
 from tui.tabs.matrix import MatrixTab
 from tui.tabs.ports import PortsTab
@@ -52,10 +53,11 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = ()
-            ) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
+def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = (),
+            asks: bool = False) -> Callable[[Pilot[None]], Coroutine[Any, Any, None]]:
     """Before the picture: the app has synced, the URL (a random port) is named plainly,
-    then ``keys`` are pressed; each text of ``whole`` must then be on screen uncut, and
+    then ``keys`` are pressed (with ``asks``, until the UI asks: a circuit's plan comes
+    from the daemon first); each text of ``whole`` must then be on screen uncut, and
     each of ``dialog`` uncut inside the dialog's border."""
     async def run_before(pilot: Pilot[None]) -> None:
         app = pilot.app
@@ -65,6 +67,8 @@ def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = ()
         app.sub_title = "http://127.0.0.1:8470 — live"
         if keys:
             await pilot.press(*keys)
+        if asks:
+            await until(app, lambda: isinstance(app.screen, ConfirmScreen), timeout=30)
         await pilot.pause()
         lines = screen_lines(app.export_screenshot())
         inside = dialog_lines(lines)
@@ -99,9 +103,11 @@ def test_help_and_the_circuit_dialog(snap_compare: Any, tmp_path: Path,
                                                dialog=[PortsTab.HELP, KEYS]))
         assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=size,
                             run_before=settled(
-                                "c", *"h0.nic0", "enter", *"h1.nic0", "enter",
+                                "c", *"h0.nic0", "enter", *"h1.nic0", "enter", asks=True,
                                 dialog=["Make the circuit h0.nic0 → h1.nic0 (on every switch "
-                                       "it crosses)?", "y / Enter: yes n / Esc: no"]))
+                                        "it crosses)?", "Cross-connects: ocs1 port 1 → port 9",
+                                        "Displaces no circuit: every port on the way is free.",
+                                        "y / Enter: yes n / Esc: no"]))
 
 
 def test_the_matrix_and_its_help(snap_compare: Any, tmp_path: Path) -> None:

@@ -18,13 +18,18 @@ class ConfirmScreen(ModalScreen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y,enter", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, detail: str = "") -> None:
+        """``detail``: what the change would do, shown under the question (a circuit's
+        planned switches and ports)."""
         super().__init__()
         self.question = question
+        self.detail = detail
 
     def compose(self) -> ComposeResult:
         with dialog():
             yield Label(self.question, id="question", markup=False)
+            if self.detail:
+                yield Label(self.detail, id="detail", markup=False)
             yield Label("y / Enter: yes    n / Esc: no", classes="hint")
 
     def action_answer(self, yes: bool) -> None:

@@ -114,7 +114,8 @@ def measure_compare(
         if a.kind != b.kind:
             raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
         if a.kind == "schedule":
-            console.print(compare_schedules(a, store.rows(a), b, store.rows(b)))
+            console.print(compare_schedules(a, store.rows(a), b, store.rows(b),
+                                            noise_ms=noise_ms))
         else:
             console.print(compare_table(a, store.rows(a), b, store.rows(b), full=full,
                                         noise_ms=noise_ms))

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from labd import __version__
 from labd.daemon.access import Access
 from labd.daemon.api import (
+    cabling,
     drills,
     errors,
     events,
@@ -36,7 +37,7 @@ from labd.lab.file import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics)
+           events, metrics, cabling)
 
 
 def create_app(services: Services) -> FastAPI:
@@ -58,7 +59,8 @@ def create_app(services: Services) -> FastAPI:
     routes = [route for module in ROUTERS for route in module.router.routes]
     app.add_middleware(Edge, routes=routes, access=access,
                        open_reads=open_reads, max_body=settings.max_body,
-                       open_metrics=settings.open_metrics)
+                       open_metrics=settings.open_metrics,
+                       standby=services.role.refused if services.role is not None else None)
     app.openapi = lambda: _openapi(app, open_reads)  # type: ignore[method-assign]
     # Read once: the lab the daemon runs, even if the file is edited meanwhile.
     app.state.lab_sha256 = file_sha256(services.lab.source)

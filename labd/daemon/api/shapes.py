@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from labd.fabric.plan import CircuitPlan
 from labd.hosts.jobs import since_failure_ms
+from labd.lab.file import EndpointEntry
 from labd.lab.wiring import CircuitRoute
 from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
 
@@ -49,3 +51,23 @@ def failover_dict(row: FailoverTimeline) -> dict[str, Any]:
             "wall_time": row.wall_time.isoformat(), "stages": stages,
             "since_failure_ms": since_failure_ms(stages),
             **{k: v for k, v in (row.detail or {}).items() if k != "trigger"}}
+
+
+def plan_dict(plan: CircuitPlan) -> dict[str, Any]:
+    """A circuit's plan (labd.fabric.plan) as ``GET /v1/circuits/plan`` gives it."""
+    return {"from": plan.src, "to": plan.dst, "possible": plan.possible,
+            "route": None if plan.route is None else route_dict(plan.route),
+            "existing": None if plan.existing is None else route_dict(plan.existing),
+            "in_the_way": [{"switch": h.switch, "port": h.port, "partner": h.partner,
+                            "circuit": None if h.circuit is None else route_dict(h.circuit)}
+                           for h in plan.in_the_way],
+            "offline": list(plan.offline), "reason": plan.reason}
+
+
+def endpoint_dict(entry: EndpointEntry, host: str | None, circuit: CircuitRoute | None
+                  ) -> dict[str, Any]:
+    """An endpoint as ``GET /v1/endpoints`` gives it: what it launches, the host whose NIC
+    it is, and the circuit it is an end of now."""
+    return {"id": entry.id, "launch_dbm": entry.launch_dbm,
+            "wavelength_nm": entry.wavelength_nm, "host": host,
+            "circuit": None if circuit is None else route_dict(circuit)}
