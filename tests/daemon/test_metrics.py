@@ -108,6 +108,8 @@ async def test_metrics_after_reconfigurations_a_failover_and_a_fault(
     assert value(after, "labd_mqtt_sessions_total") >= 1
     assert value(after, "labd_websocket_clients") == 0
     assert value(after, "labd_store_queue_depth") >= 0
+    # Every record above went through a committed batch, each of which is timed.
+    assert value(after, "labd_store_commit_seconds_count") >= 1
     assert value(after, "labd_event_loop_lag_seconds_count") >= 1
 
 
