@@ -37,9 +37,23 @@ def run_until_signalled(what: str, body: Callable[[asyncio.Event], Awaitable[Non
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await body(stop)
+
+        # Not loop.add_signal_handler: asyncio's own loop hears of the signal through its
+        # self-pipe, and a loop flooded with thread-safe callbacks (thousands of MQTT
+        # clients, each waking it) fills that pipe; the signal is then lost ("Exception
+        # ignored when trying to write to the signal wakeup fd") and the process never
+        # stops. Python's handler runs regardless; the callback it queues waits in the
+        # loop's ready queue even when the pipe is full.
+        def on_signal(signum: int, frame: object) -> None:
+            loop.call_soon_threadsafe(stop.set)
+
+        previous = {sig: signal.signal(sig, on_signal)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            await body(stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     try:
         run(main(), spawns=spawns)

@@ -26,8 +26,16 @@ paged form) four times a second. It prints per N:
 - failures reported: GPU failures → ``gpu.health`` failed, and its p99 in ms;
 - ``hosts.unsure`` events (the daemon saying it was too far behind to judge).
 
+``--emulate`` measures the other side instead: the hosts played by ``labd emulate`` (the
+real agent on emulated GPUs, one broker connection per host, each host's NIC fibred
+through emulated 384x384 switches so that the optical model is read for its link), pinned
+to core 0, with no daemon. Per N it prints the heartbeats a second that reach the broker
+(target: N), the hosts heard, ``labd emulate``'s CPU (of one core) and how long it takes
+to stop on SIGTERM.
+
 Usage: python scripts/bench_hosts.py [--hosts 1024,2048,4096] [--seconds 60]
                                     [--deaths 8] [--failures 8] [--py-spy FILE] [--json FILE]
+                                    [--emulate]
 
 ``--py-spy FILE`` records the daemon with py-spy (raw, 200 Hz), one file per size
 (``FILE.N``). Figures from a shared machine are provisional: the daemon has core 0 to itself
@@ -634,6 +642,98 @@ def show(points: list[Point], seconds: float) -> None:
               f"p99 {p.generator_behind_p99_ms:.1f} ms, /v1/hosts {p.get_bytes / 1024:,.0f} KiB")
 
 
+def emulated_lab_text(n: int) -> str:
+    """N hosts whose NICs each reach an ingress and leave an egress of an emulated switch."""
+    side = 384
+    parts = [f'[lab]\nname = "{LAB}-emulated"\n']
+    for k in range((n + side - 1) // side):
+        parts.append(f'[[instrument]]\nid = "ocs{k}"\ndriver = "polatis-scpi"\n'
+                     f'emulate = true\nsize = "{side}x{side}"\n')
+    for i, h in enumerate(host_ids(n)):
+        k, j = divmod(i, side)
+        parts.append(f'[[endpoint]]\nid = "{h}.nic0"\nlaunch_dbm = 0.0\n'
+                     f'[[fiber]]\nfrom = "{h}.nic0"\nto = "ocs{k}:{j + 1}"\n'
+                     f'[[fiber]]\nfrom = "ocs{k}:{side + j + 1}"\nto = "{h}.nic0"\n'
+                     f'[[host]]\nid = "{h}"\nemulate = true\ngpus = {GPUS}\n'
+                     f'heartbeat_s = {INTERVAL_S}\nnics = ["{h}.nic0"]\n')
+    return "".join(parts)
+
+
+@dataclass
+class EmulatePoint:
+    hosts: int
+    beats_per_s: float
+    heard: int
+    cpu_pct: float
+    stop_s: float
+
+    def figures(self) -> dict[str, float]:
+        return {"emulate_beats_per_s": self.beats_per_s, "emulate_heard": self.heard,
+                "emulate_cpu_pct": self.cpu_pct, "emulate_stop_s": self.stop_s}
+
+
+async def emulate_point(n: int, seconds: float) -> EmulatePoint:
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        lab = folder / "lab.toml"
+        lab.write_text(emulated_lab_text(n), encoding="utf-8")
+        async with broker(folder) as port:
+            process = await asyncio.create_subprocess_exec(
+                *pinned("0"), sys.executable, "-m", "labd", "emulate", str(lab), "--mqtt",
+                f"mqtt://127.0.0.1:{port}", cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL)
+            assert process.stdout is not None
+            try:
+                async with asyncio.timeout(120):
+                    while b'"ready"' not in await process.stdout.readline():
+                        if process.returncode is not None:
+                            raise SystemExit(f"bench_hosts: labd emulate ended "
+                                             f"({process.returncode}) before it was ready")
+                pid = daemon_pid(process.pid)
+                heard: dict[str, int] = {}
+                async with aiomqtt.Client("127.0.0.1", port) as client:
+                    await client.subscribe(f"labd/{LAB}-emulated/hosts/+/heartbeat")
+
+                    async def count() -> None:
+                        async for message in client.messages:
+                            topic = str(message.topic)
+                            heard[topic] = heard.get(topic, 0) + 1
+
+                    counter = asyncio.create_task(count())
+                    await asyncio.sleep(RAMP_S + SETTLE_S)  # connected, first burst over
+                    heard.clear()
+                    cpu, start = cpu_seconds(pid), time.monotonic()
+                    await asyncio.sleep(seconds)
+                    took = time.monotonic() - start
+                    used = cpu_seconds(pid) - cpu
+                    counter.cancel()
+                stopping = time.monotonic()
+                process.terminate()
+                await asyncio.wait_for(process.wait(), 60)
+                return EmulatePoint(n, sum(heard.values()) / took, len(heard),
+                                    100 * used / took, time.monotonic() - stopping)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+
+
+async def main_emulate(sizes: list[int], seconds: float) -> dict[str, float]:
+    points = [await emulate_point(n, seconds) for n in sizes]
+    print(f"GPU hosts played by labd emulate ({GPUS} GPUs each, {INTERVAL_S:g} s heartbeats, "
+          f"NICs through emulated switches) pinned to core 0, {seconds:g} s per size:")
+    print(f"{'hosts':>6}{'heartbeats/s':>14}{'heard':>8}{'CPU':>7}{'stop':>8}")
+    for p in points:
+        print(f"{p.hosts:>6,}{p.beats_per_s:>14,.0f}{p.heard:>8,}{p.cpu_pct:>6.0f}%"
+              f"{p.stop_s:>7.1f}s")
+    print("   heartbeats/s: those that reached the broker (target: one per host); heard: "
+          "hosts with at least one; CPU: labd emulate's, of one core; stop: SIGTERM to exit")
+    figures: dict[str, float] = {"seconds": seconds, "interval_s": INTERVAL_S}
+    for p in points:
+        figures |= {f"hosts{p.hosts}_{k}": v for k, v in p.figures().items()}
+    return figures
+
+
 async def main(sizes: list[int], seconds: float, deaths: int, failures: int,
                profile: Path | None) -> dict[str, float]:
     if len(os.sched_getaffinity(0)) > 1:
@@ -663,6 +763,8 @@ if __name__ == "__main__":
                         help="record the daemon with py-spy into FILE.<hosts> (raw)")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write the figures to FILE as a flat JSON object")
+    parser.add_argument("--emulate", action="store_true",
+                        help="measure labd emulate playing the hosts instead (no daemon)")
     args = parser.parse_args()
     try:
         sizes = [int(s) for s in args.hosts.split(",") if s.strip()]
@@ -674,7 +776,7 @@ if __name__ == "__main__":
     if args.deaths + args.failures > min(sizes):
         raise SystemExit("bench_hosts: more deaths and failures than hosts")
     # The standard loop: the fleet is many small writes, the same on either.
-    figures = asyncio.run(main(sizes, args.seconds, args.deaths, args.failures,
-                               args.profile))
+    figures = asyncio.run(main_emulate(sizes, args.seconds) if args.emulate else
+                          main(sizes, args.seconds, args.deaths, args.failures, args.profile))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -105,6 +105,7 @@ class OpticalModel:
         self._pending: deque[Change] = deque()
         # dbm_now's answers while nothing moves: node → (the devices' revisions, dBm).
         self._steady: dict[str, tuple[tuple[int, ...], float]] = {}
+        self._into: tuple[dict[str, set[str]], dict[str, set[str]]] | None = None
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self, device: Transmitting) -> None:
@@ -123,15 +124,7 @@ class OpticalModel:
         too): a meter's reading follows only the light that can get to it, not the whole
         lab's (a mesh's interferometers are costly to work out)."""
         if target not in self._feeds:
-            into: dict[str, set[str]] = defaultdict(set)
-            ports_in: dict[str, set[str]] = defaultdict(set)
-            for fiber in self.fibers:
-                into[fiber.dst].add(fiber.src)
-                if fiber.tap:
-                    into[fiber.tap].add(fiber.src)
-                where = split_node(fiber.dst)
-                if where is not None and where[0] in self.devices:
-                    ports_in[where[0]].add(fiber.dst)
+            into, ports_in = self._inbound()
             seen = {target}
             frontier = [target]
             while frontier:
@@ -145,6 +138,23 @@ class OpticalModel:
                     frontier.append(source)
             self._feeds[target] = frozenset(seen)
         return self._feeds[target]
+
+    def _inbound(self) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """Each node's fibres' sources, and each device's ports that fibres enter: worked
+        out once (the fibres never change), not per node asked about (a pod's thousands of
+        NICs would make that quadratic)."""
+        if self._into is None:
+            into: dict[str, set[str]] = defaultdict(set)
+            ports_in: dict[str, set[str]] = defaultdict(set)
+            for fiber in self.fibers:
+                into[fiber.dst].add(fiber.src)
+                if fiber.tap:
+                    into[fiber.tap].add(fiber.src)
+                where = split_node(fiber.dst)
+                if where is not None and where[0] in self.devices:
+                    ports_in[where[0]].add(fiber.dst)
+            self._into = (into, ports_in)
+        return self._into
 
     def add_meter(self, name: str, channels: int) -> None:
         self.meters[name] = channels
@@ -236,6 +246,35 @@ class OpticalModel:
         if all(d.settled_ns <= now for d in devices):
             self._steady[node] = (revisions, dbm)
         return dbm
+
+    def dbm_now_many(self, nodes: Iterable[str]) -> dict[str, float]:
+        """:meth:`dbm_now` for many nodes at once: one pass of the whole lab's light where
+        any of them is not known for the devices' state (a pass per node would cost the
+        whole lab's nodes times over)."""
+        now = time.monotonic_ns()
+        devices = self.devices.values()
+        revisions = tuple(d.revision for d in devices)
+        wanted = list(nodes)
+        known = [self._steady.get(node) for node in wanted]
+        if all(k is not None and k[0] == revisions for k in known):
+            return {node: k[1] for node, k in zip(wanted, known, strict=True)
+                    if k is not None}
+        mw = self.powers(np.array([now]))
+        out = {node: float(to_dbm(mw[node])[0]) if node in mw else DARK_DBM
+               for node in wanted}
+        if all(d.settled_ns <= now for d in devices):
+            self._steady.update((node, (revisions, dbm)) for node, dbm in out.items())
+        return out
+
+    def steady(self) -> tuple[int, ...] | None:
+        """The devices' revisions while every device has settled (what :meth:`dbm_now`
+        answers stays as it is until they move); None while a transient runs. Lets a poller
+        of many nodes skip a poll that cannot find anything new."""
+        now = time.monotonic_ns()
+        devices = self.devices.values()
+        if any(d.settled_ns > now for d in devices):
+            return None
+        return tuple(d.revision for d in devices)
 
     # -- ground truth ----------------------------------------------------------------------
     def on_change(self, change: Change) -> None:

@@ -26,7 +26,7 @@ from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
 from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, command_opener, http_link, mqtt_link
-from labd.agent.nics import Nics
+from labd.agent.nics import NIC_POLL_S, Nics
 from labd.errors import AgentError, LinkDown, SmiError
 from labd.mqtt.credentials import BusSettings
 
@@ -41,7 +41,8 @@ class Agent:
                  mqtt: str | BusSettings | None = None,
                  daemon: str | None = None, token: str | None = None,
                  interval: float = 1.0, expected_gpus: int | None = None,
-                 nics: Nics | None = None, nic_poll_s: float = 0.005,
+                 nics: Nics | None = None, nic_poll_s: float = NIC_POLL_S,
+                 watch_links: bool = True,
                  jobs: dict[str, list[str]] | None = None) -> None:
         if (mqtt is None) == (daemon is None):
             raise AgentError("give the agent one way to the daemon: an MQTT broker, or the "
@@ -57,6 +58,9 @@ class Agent:
         self.verdicts: dict[int, Verdict] = {}
         self.nics = nics
         self.nic_poll_s = nic_poll_s
+        self.watch_links = watch_links
+        """False: something else calls :meth:`check_links` (emulation, for many hosts at
+        once: labd.emulation.emulators.EmulatedHosts)."""
         self.links: dict[str, bool] = {}
         self.beats = 0
         self.ready = asyncio.Event()
@@ -69,6 +73,10 @@ class Agent:
         return self._outbox.qsize()
 
     async def emit(self, event: dict[str, Any]) -> None:
+        self.post(event)
+
+    def post(self, event: dict[str, Any]) -> None:
+        """Queue an event for the daemon (what :meth:`emit` does, from synchronous code)."""
         self._outbox.put_nowait({"host": self.host, "at_ns": time.monotonic_ns(), **event})
 
     def stamp(self, message: dict[str, Any]) -> bytes:
@@ -131,7 +139,7 @@ class Agent:
                 group.create_task(self._report(link))
                 group.create_task(self._send_events(link))
                 group.create_task(self._commands(link))
-                if self.nics is not None:
+                if self.nics is not None and self.watch_links:
                     group.create_task(self._watch_links())
         except* LinkDown as errors:
             raise errors.exceptions[0] from None  # the daemon is out of reach: reconnect
@@ -186,15 +194,20 @@ class Agent:
     async def _watch_links(self) -> None:
         """Poll carrier often (a link coming up is a recovery milestone worth timing) and
         report each change at once."""
-        assert self.nics is not None
         while True:
-            now = time.monotonic_ns()
-            for nic, up in self.nics.links().items():
-                if self.links.get(nic) != up:
-                    was = self.links.get(nic)
-                    self.links[nic] = up
-                    await self.emit({"nic": nic, "up": up, "was": was, "at_ns": now})
+            self.check_links()
             await asyncio.sleep(self.nic_poll_s)
+
+    def check_links(self) -> None:
+        """Read the NICs once; queue an event for each link that changed."""
+        if self.nics is None:
+            return
+        now = time.monotonic_ns()
+        for nic, up in self.nics.links().items():
+            if self.links.get(nic) != up:
+                was = self.links.get(nic)
+                self.links[nic] = up
+                self.post({"nic": nic, "up": up, "was": was, "at_ns": now})
 
     def failed(self) -> list[int]:
         return [i for i, v in self.verdicts.items() if v.health is Health.FAILED]

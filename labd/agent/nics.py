@@ -9,6 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+#: How often an agent reads its NICs: a link coming up is a recovery milestone worth timing.
+NIC_POLL_S = 0.005
+
 
 class Nics(Protocol):
     def links(self) -> dict[str, bool]:
@@ -48,6 +51,20 @@ class EmulatedNics:
         """Endpoints forced down (a NIC-down fault)."""
         self.dead = False
         """The host died: nothing reads the links any more."""
+
+    def force_down(self, endpoint: str, down: bool) -> None:
+        (self.down.add if down else self.down.discard)(endpoint)
+
+    def set_dead(self, dead: bool) -> None:
+        self.dead = dead
+
+    def pending(self) -> bool:
+        """Whether a link is lit but not up yet: it comes up with time alone."""
+        if self.dead:
+            return False
+        now = time.monotonic_ns()
+        return any(since is not None and now - since < self.link_up_ns
+                   for since in self._lit_since.values())
 
     def links(self) -> dict[str, bool]:
         if self.dead:

@@ -34,7 +34,13 @@ def emulate(
     """Start an emulator for every `emulate = true` instrument (and an agent with emulated
     GPUs for every `emulate = true` host). Prints one JSON line per emulator, then
     {"ready": true, "control": URL}; runs until SIGINT or SIGTERM."""
-    from labd.emulation.emulators import emulated_hosts, emulated_lab, endpoint_of, write_resolved
+    from labd.emulation.emulators import (
+        emulated_hosts,
+        emulated_lab,
+        endpoint_of,
+        run_together,
+        write_resolved,
+    )
     from labd.mqtt.credentials import BusSettings
 
     loaded = load(lab)
@@ -46,14 +52,15 @@ def emulate(
     async def serve(stop: asyncio.Event) -> None:
         emulated, entries = emulated_lab(loaded, control_port=control_port)
         hosts = emulated_hosts(loaded, bus, emulated)
+        fleet = run_together(hosts)
         async with emulated:
             for entry in entries:
                 line = {"id": entry.id, "driver": entry.driver,
                         "endpoint": endpoint_of(emulated, entry),
                         "interfaces": emulated.endpoints[entry.id]}
                 print(json.dumps(line), flush=True)
+            fleet.start()
             for host in hosts:
-                host.start()
                 print(json.dumps({"id": host.id, "driver": "agent", "endpoint": mqtt}),
                       flush=True)
             if resolved is not None:
@@ -62,8 +69,7 @@ def emulate(
             try:
                 await stop.wait()
             finally:
-                for host in hosts:
-                    await host.stop()
+                await fleet.stop()
 
     # Emulated hosts start their jobs' processes.
     run_until_signalled("the emulators", serve,

@@ -106,6 +106,11 @@ class DaemonMetrics:
             buckets=SECONDS_BUCKETS, registry=self.registry)
         self.registry.register(_StateCollector(self))
         self._online: set[str] = set()
+        # Label children by switch: ``labels()`` hashes and locks its way to the child on
+        # every call, and a reconfiguration observes five spans and a count (bounded: the
+        # lab's switches, and a cause and outcome from the engine's few).
+        self._spans: dict[str, tuple[tuple[str, str, Any], ...]] = {}
+        self._counts: dict[tuple[str, str, str], Any] = {}
         services.hub.observe(self.observe)
 
     def expose(self) -> bytes:
@@ -125,12 +130,21 @@ class DaemonMetrics:
         raw = data.get("phases")
         phases = {k: v for k, v in raw.items() if type(v) is int} if isinstance(
             raw, dict) else {}
-        for name, start, end in SPANS:
+        spans = self._spans.get(switch)
+        if spans is None:
+            spans = self._spans[switch] = tuple(
+                (start, end, self.reconfiguration_seconds.labels(switch, name))
+                for name, start, end in SPANS)
+        for start, end, child in spans:
             ns = span_ns(phases, start, end)
             if ns is not None and ns >= 0:
-                self.reconfiguration_seconds.labels(switch, name).observe(ns / 1e9)
+                child.observe(ns / 1e9)
         outcome = str(data.get("outcome"))
-        self.reconfigurations.labels(switch, str(data.get("cause")), outcome).inc()
+        key = (switch, str(data.get("cause")), outcome)
+        count = self._counts.get(key)
+        if count is None:
+            count = self._counts[key] = self.reconfigurations.labels(*key)
+        count.inc()
         if outcome == "light-missing":
             self.light_verifications.labels(switch, "missing").inc()
         elif phases.get("light") is not None:

@@ -7,18 +7,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Hashable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
-from emulators.physics.optics import EndpointSpec, FiberSpec
+from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
 from instruments.switch import parse_size
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.agent.jobs import emulated_job_command
-from labd.agent.nics import EmulatedNics
+from labd.agent.nics import NIC_POLL_S, EmulatedNics
 from labd.errors import LabFileError
 from labd.lab.file import (
     CalientTl1Entry,
@@ -127,18 +127,44 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
     target.write_text(tomli_w.dumps(data), encoding="utf-8")
 
 
+class NicLight:
+    """The light at the emulated hosts' NICs, all of them read in one pass of the optical
+    model (:meth:`refresh`, once per poll of :class:`EmulatedHosts`): a pass per NIC would
+    cost the whole lab's light times the number of NICs."""
+
+    def __init__(self, optics: OpticalModel) -> None:
+        self.optics = optics
+        self.nodes: list[str] = []
+        self.changes = 0
+        """Counts what changes the NICs' links without moving light: a host dies or comes
+        back, a NIC is forced down."""
+        self._dbm: dict[str, float] = {}
+
+    def refresh(self) -> None:
+        self._dbm = self.optics.dbm_now_many(self.nodes)
+
+    def dbm(self, node: str) -> float:
+        if node not in self._dbm:
+            self.refresh()
+        value = self._dbm.get(node)
+        return value if value is not None else self.optics.dbm_now(node)
+
+
 class EmulatedHost:
     """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
 
     def __init__(self, lab: Lab, host: HostEntry, mqtt: BusSettings | None,
-                 light_dbm: Callable[[str], float] | None,
+                 light: NicLight | None,
                  daemon: tuple[str, str] | None = None) -> None:
         self.id = host.id
         self.backend = EmulatedBackend(count=host.gpus)
+        self.light = light
+        if light is not None:
+            light.nodes.extend(host.nics)
         # NIC links follow the light the optical model delivers to the host's endpoints.
-        self.nics = EmulatedNics(host.nics, light_dbm,
+        self.nics = EmulatedNics(host.nics, light.dbm,
                                  threshold_dbm=lab.lab.light_threshold_dbm,
-                                 link_up_s=host.link_up_ms / 1000) if light_dbm else None
+                                 link_up_s=host.link_up_ms / 1000) if light else None
         # Every job of the lab runs the emulated trainer here.
         jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
                 for job in lab.job}
@@ -147,7 +173,7 @@ class EmulatedHost:
                            daemon=daemon[0] if daemon else None,
                            token=daemon[1] if daemon else None,
                            interval=host.heartbeat_s, expected_gpus=host.gpus, nics=self.nics,
-                           jobs=jobs)
+                           watch_links=False, jobs=jobs)
         self.killed_at: int | None = None
         self.task: asyncio.Task[None] | None = None
         self.alive = False
@@ -168,7 +194,8 @@ class EmulatedHost:
         Returns when (CLOCK_MONOTONIC ns)."""
         self.backend.freeze(True)
         if self.nics is not None:
-            self.nics.dead = True
+            self.nics.set_dead(True)
+            self._touched()
         self.agent.jobs.kill_all()
         self.alive = False
         self.killed_at = time.monotonic_ns()
@@ -179,7 +206,8 @@ class EmulatedHost:
         self.backend.heal()
         self.backend.freeze(False)
         if self.nics is not None:
-            self.nics.dead = False
+            self.nics.set_dead(False)
+            self._touched()
         self.alive = True
         self.killed_at = None
 
@@ -193,10 +221,12 @@ class EmulatedHost:
     def nic_down(self, nic: str, down: bool) -> None:
         if self.nics is None or nic not in self.nics.endpoints:
             raise ValueError(f"host {self.id} has no emulated NIC {nic!r}")
-        if down:
-            self.nics.down.add(nic)
-        else:
-            self.nics.down.discard(nic)
+        self.nics.force_down(nic, down)
+        self._touched()
+
+    def _touched(self) -> None:
+        if self.light is not None:
+            self.light.changes += 1
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "alive": self.alive, "gpus": self.backend.count,
@@ -204,6 +234,77 @@ class EmulatedHost:
                 "heartbeats": self.agent.beats, "links": dict(self.agent.links),
                 "killed_at_ns": self.killed_at,
                 "failed_at_ns": {str(k): v for k, v in self.backend.failed_at.items()}}
+
+
+class EmulatedHosts:
+    """The emulated hosts of one process, run together. Their NICs are read by one watch
+    for all of them, not a timer per host (a pod's thousand hosts, each polling every
+    ``period_s``, would keep the event loop busy with nothing but timers), and only when
+    something could have changed: a device of the optical model moved or still settles,
+    a host died, came back or had a NIC forced down, or a link waits out its link-up
+    delay. They stop together."""
+
+    def __init__(self, hosts: list[EmulatedHost], light: NicLight | None = None,
+                 period_s: float = NIC_POLL_S) -> None:
+        self.hosts = hosts
+        self.light = light
+        self.period_s = period_s
+        self.ticks = 0
+        """Polls of the watch so far."""
+        self.reads = 0
+        """Polls that read the NICs (the rest found nothing that could have changed)."""
+        self._ticked = asyncio.Condition()
+        self._watch: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        for host in self.hosts:
+            host.start()
+        if any(host.nics is not None for host in self.hosts):
+            self._watch = asyncio.create_task(self.watch(), name="emulated-nics")
+
+    async def wait_ticks(self, count: int) -> None:
+        """Until the watch has polled ``count`` times in all."""
+        async with self._ticked:
+            await self._ticked.wait_for(lambda: self.ticks >= count)
+
+    def _state(self) -> Hashable | None:
+        """What the NICs' links follow, or None while a device of the optical model moves
+        (then every poll reads them)."""
+        steady = self.light.optics.steady() if self.light is not None else None
+        if steady is None or self.light is None:
+            return None
+        return steady, self.light.changes
+
+    async def watch(self) -> None:
+        """Poll every host's NICs each ``period_s`` (:meth:`start` runs it)."""
+        last: Hashable | None = None
+        waiting = False
+        while True:
+            state = self._state()
+            if state is None or state != last or waiting:
+                waiting = False
+                if self.light is not None:
+                    self.light.refresh()
+                for host in self.hosts:
+                    if host.nics is not None:
+                        host.agent.check_links()
+                        waiting = waiting or host.nics.pending()
+                last = state
+                self.reads += 1
+            self.ticks += 1
+            async with self._ticked:
+                self._ticked.notify_all()
+            await asyncio.sleep(self.period_s)
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
+        # Together: each says its goodbye to the broker, and a pod's worth one after
+        # another would take seconds.
+        await asyncio.gather(*(host.stop() for host in self.hosts))
 
 
 def emulated_hosts(lab: Lab, mqtt: BusSettings | None, emulated: EmulatedLab | None = None, *,
@@ -215,8 +316,15 @@ def emulated_hosts(lab: Lab, mqtt: BusSettings | None, emulated: EmulatedLab | N
         raise LabFileError(lab.source, [
             f"{lab.source}: [[host]] {', '.join(repr(h.id) for h in wanted)} "
             "emulate = true: their agents need a broker; give --mqtt URL"])
-    light = emulated.power_now if emulated is not None and emulated.optics else None
+    optics = emulated.optics if emulated is not None else None
+    light = NicLight(optics) if optics is not None else None
     hosts = [EmulatedHost(lab, h, mqtt, light, None if mqtt else daemon) for h in wanted]
     if emulated is not None:  # the control endpoint fails, kills and revives them
         emulated.hosts.update((host.id, host) for host in hosts)
     return hosts
+
+
+def run_together(hosts: list[EmulatedHost]) -> EmulatedHosts:
+    """:func:`emulated_hosts`' hosts as one :class:`EmulatedHosts`."""
+    light = next((host.light for host in hosts if host.light is not None), None)
+    return EmulatedHosts(hosts, light)

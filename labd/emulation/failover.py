@@ -4,23 +4,35 @@ every stage's p50/p99 over the runs."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import random
+import secrets
+import socket
+import sys
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.emulation.drill import DrillResult, hosts_ready, job_stepping, repair, run_drill, wait_for
-from labd.emulation.rig import emulated_rig
+from labd.emulation.emulators import write_resolved
+from labd.emulation.rig import Rig, emulated_rig, rig_bus
 from labd.errors import DrillError
+from labd.ha.role import HaSettings
 from labd.lab.file import Lab
+from labd.mqtt.credentials import BusSettings
 from labd.vocabulary import STAGES, percentile
 
 
@@ -29,10 +41,12 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
                            seed: int | None = None, signal: str = "xid79",
                            db: str | None = None, job: str | None = None,
                            each: Callable[[DrillResult], Awaitable[None]] | None = None,
-                           done: int = 0) -> list[DrillResult]:
+                           done: int = 0, ha: str | None = None) -> list[DrillResult]:
     """``drills`` GPU failures then ``lost`` hosts lost on the lab in emulation; ``each``
     is awaited with every result as it comes (a run keeps it); a progress bar starts at
-    ``done`` (drills a resumed run already has)."""
+    ``done`` (drills a resumed run already has). ``ha``: a PostgreSQL URL where the
+    drills' daemon leads by a lease (its store there too, every write fenced) with a
+    standby (``labd run --ha``, a process of its own) beside it."""
     if not lab.job:
         raise DrillError(f"{lab.source}: the lab has no [[job]] to drill")
     job_id = job or lab.job[0].id
@@ -45,11 +59,21 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
     if unplayed:
         raise DrillError(f"drills fail GPUs in emulation; hosts {', '.join(unplayed)} are "
                          "not emulate = true")
+    if ha is not None and mqtt is None:
+        raise DrillError("--ha needs a broker (--mqtt): a standby hears the lab's hosts "
+                         "there")
     rng = random.Random(seed)
+    # With a standby, the rig's instance and host keys are made here: the standby hears the
+    # same hosts on the same topics.
+    bus = rig_bus(lab, mqtt) if ha is not None and mqtt is not None else mqtt
     with tempfile.TemporaryDirectory() as scratch:
-        async with emulated_rig(lab, db=db or str(Path(scratch) / "drill.sqlite"),
-                                mqtt=mqtt) as rig:
+        async with contextlib.AsyncExitStack() as stack:
+            rig = await stack.enter_async_context(emulated_rig(
+                lab, db=ha or db or str(Path(scratch) / "drill.sqlite"), mqtt=bus,
+                ha=HaSettings(ha) if ha is not None else None))
             daemon = rig.daemon
+            if ha is not None and isinstance(bus, BusSettings):
+                await stack.enter_async_context(standby(rig, lab, ha, bus, Path(scratch)))
             await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online",
                            "every host online")
             await daemon.jobs.start_job(job_id)
@@ -71,6 +95,76 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
                                    partial(_not_running, daemon, job_id, result))
                     progress.advance(task)
     return results
+
+
+@dataclass(frozen=True)
+class Standby:
+    url: str
+    token: str
+    """Its admin key (one of its own)."""
+
+
+@contextlib.asynccontextmanager
+async def standby(rig: Rig, lab: Lab, ha: str, bus: BusSettings, folder: Path
+                  ) -> AsyncIterator[Standby]:
+    """A standby beside the rig's daemon: ``labd run --ha`` in a process of its own, on a
+    copy of the lab file that points at the rig's emulators and plays no host; yielded
+    once it says it stands by."""
+    if rig.daemon.role is None or rig.daemon.role.name != "leader":
+        leader = (rig.daemon.role.describe()["leader"] if rig.daemon.role is not None
+                  else None)
+        raise DrillError(f"the drills' daemon does not lead lab {lab.lab.name!r} at {ha}: "
+                         f"another daemon holds its lease ({leader or 'unknown'}); stop it, "
+                         "or give another database")
+    assert rig.emulated is not None
+    resolved, keys = folder / "standby.toml", folder / "standby-keys.toml"
+    write_resolved(lab, rig.emulated, [e for e in lab.instrument if e.emulate], resolved,
+                   [h.id for h in lab.host if h.emulate])
+    bus.credentials.write(keys)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    token = secrets.token_urlsafe(16)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "labd", "run", str(resolved), "--ha", ha, "--port", str(port),
+        "--mqtt", bus.url, "--mqtt-credentials", str(keys), "--instance", bus.instance,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "LABD_TOKEN": token})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _stands_by(process, url, token)
+        yield Standby(url, token)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def _stands_by(process: asyncio.subprocess.Process, url: str, token: str) -> None:
+    """Until the standby answers that it stands by (another process: no event to wait on,
+    so its health is asked every 50 ms, up to the ``process_ready`` deadline)."""
+    timeout = deadlines.current().of("process_ready")
+    try:
+        async with asyncio.timeout(timeout), httpx.AsyncClient(
+                base_url=url, headers={"Authorization": f"Bearer {token}"},
+                timeout=2) as http:
+            while process.returncode is None:
+                with contextlib.suppress(httpx.TransportError):
+                    health = (await http.get("/v1/health")).json()
+                    if (health.get("ha") or {}).get("role") == "standby":
+                        return
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise DrillError(deadlines.timed_out(timeout, "the standby (labd run --ha) to stand "
+                                                      "by")) from None
+    assert process.stderr is not None
+    said = (await process.stderr.read()).decode(errors="replace").strip().splitlines()
+    raise DrillError(f"the standby (labd run --ha) exited ({process.returncode}) before it "
+                     f"stood by: {said[-1] if said else 'it said nothing'}")
 
 
 def _not_running(daemon: Daemon, job: str, last: DrillResult) -> str:

@@ -20,7 +20,13 @@ from labd.client.control import Backdoor, spawn_emulators
 from labd.daemon.access import ApiSettings
 from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.drill import DrillService
-from labd.emulation.emulators import EmulatedHost, emulated_hosts, emulated_lab, endpoint_of
+from labd.emulation.emulators import (
+    EmulatedHost,
+    emulated_hosts,
+    emulated_lab,
+    endpoint_of,
+    run_together,
+)
 from labd.ha.role import HaSettings
 from labd.lab.file import Lab
 from labd.mqtt.client import session
@@ -122,7 +128,8 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
             # Agents with emulated GPUs, once the daemon listens (without a broker they
             # report to its API).
             rig.hosts = emulated_hosts(lab, bus, emulated, daemon=(daemon.url, daemon.token))
-            stack.push_async_callback(_stop_hosts, rig.hosts)
+            fleet = run_together(rig.hosts)
+            stack.push_async_callback(fleet.stop)
             # Before they go: the rig's end is no failure to recover from.
             stack.callback(daemon.hosts.unlisten, daemon.jobs)
             if rig.hosts and daemon.bus is not None:
@@ -130,18 +137,12 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
                 # is not there yet is the bridge's to retry.
                 with contextlib.suppress(TimeoutError):
                     await daemon.bus.wait_sessions(1, timeout=10)
-            for emulated_host in rig.hosts:
-                emulated_host.start()
+            fleet.start()
         if rig.hosts:
             drills = DrillService(rig)
             daemon.drills = drills
             stack.push_async_callback(drills.close)
         yield rig
-
-
-async def _stop_hosts(hosts: list[EmulatedHost]) -> None:
-    for emulated_host in hosts:
-        await emulated_host.stop()
 
 
 async def clear_retained(bus: str | BusSettings, lab: str, hosts: Iterable[str]) -> None:

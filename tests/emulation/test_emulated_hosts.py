@@ -8,8 +8,9 @@ from pathlib import Path
 
 import httpx
 
+from instruments.polatis_scpi import PolatisScpi
 from labd.daemon.core import Daemon
-from labd.emulation.emulators import emulated_hosts
+from labd.emulation.emulators import emulated_hosts, emulated_lab, endpoint_of, run_together
 from labd.emulation.rig import clear_retained
 from labd.lab.file import load_lab
 from labd.mqtt.credentials import BusSettings, Credentials
@@ -94,8 +95,8 @@ async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
         assert daemon.bus is not None
         await daemon.bus.wait_sessions(1, timeout=10)
         hosts = emulated_hosts(daemon.lab, rig.bus, emulated)
-        for emulated_host in hosts:
-            emulated_host.start()
+        fleet = run_together(hosts)
+        fleet.start()
         try:
             first = await next_event(sub, "nic.link")  # each NIC reports its first state
             second = await next_event(sub, "nic.link")
@@ -118,6 +119,49 @@ async def test_nic_links_follow_the_light(start_rig: StartRig) -> None:
                 state = {h["id"]: h for h in (await api.get("/v1/hosts")).json()}
             assert state["h1"]["nics"] == {"h1.nic0": False}
         finally:
-            for emulated_host in hosts:
-                await emulated_host.stop()
+            await fleet.stop()
             sub.close()
+
+
+async def test_a_pods_nics_are_read_by_one_watch_and_only_when_light_can_have_moved(
+        tmp_path: Path) -> None:
+    # 96 hosts on one switch, each NIC fibred to an ingress and from an egress: one watch
+    # reads them all (no timer per host), and not at all while nothing can have changed.
+    count = 96
+    parts = [switch(size="96x96")]
+    for i in range(count):
+        parts += [endpoint(f"h{i}.nic0", launch_dbm=0), fiber(f"h{i}.nic0", f"ocs1:{i + 1}"),
+                  fiber(f"ocs1:{count + 1 + i}", f"h{i}.nic0"), host(f"h{i}", gpus=1)]
+    _, path = write_lab(tmp_path, "pod", *parts)
+    lab = load_lab(path)
+    emulated, entries = emulated_lab(lab)
+    async with emulated:
+        # Agents that are never started: the watch alone is under test.
+        hosts = emulated_hosts(lab, None, emulated, daemon=("http://127.0.0.1:9", "t"))
+        fleet = run_together(hosts)
+        watch = asyncio.create_task(fleet.watch())
+        try:
+            await asyncio.wait_for(fleet.wait_ticks(1), 10)
+            assert all(h.agent.links == {f"{h.id}.nic0": False} for h in hosts)
+            assert fleet.reads == 1
+            await asyncio.wait_for(fleet.wait_ticks(fleet.ticks + 20), 10)
+            assert fleet.reads == 1  # nothing moved: no NIC read, no pass of the optics
+            driver = PolatisScpi(endpoint_of(emulated, entries[0]), name="ocs1")
+            await driver.open()
+            try:
+                await driver.connect([(1, count + 2)])  # h0's light to h1's NIC
+            finally:
+                await driver.close()
+            async with asyncio.timeout(10):
+                while not hosts[1].agent.links["h1.nic0"]:
+                    await fleet.wait_ticks(fleet.ticks + 1)
+            assert fleet.reads >= 2
+            assert [h.id for h in hosts if any(h.agent.links.values())] == ["h1"]
+            assert hosts[1].agent.queued() == 2  # its first state, then the link up
+            hosts[5].nic_down("h5.nic0", True)  # no light moved, yet a read is due
+            reads = fleet.reads
+            await asyncio.wait_for(fleet.wait_ticks(fleet.ticks + 2), 10)
+            assert fleet.reads > reads
+        finally:
+            watch.cancel()
+            await fleet.stop()

@@ -40,6 +40,11 @@ def measure_failover(
     seed: Annotated[int | None, typer.Option(help="Seed for the choice of victims.")] = None,
     db: Annotated[str | None, typer.Option(help="Keep the timelines in this store "
                                                 "(default: a temporary one).")] = None,
+    ha: Annotated[str | None, typer.Option(
+        "--ha", help="PostgreSQL URL: the drills' daemon leads the lab by a lease there (its "
+                     "store there too, every write fenced by epoch), and a standby (labd run "
+                     "--ha, a process of its own) stands by beside it. Needs a broker.")]
+    = None,
     name: Annotated[str | None, typer.Option(help="Name of the run (default: "
                                                   "failover-<UTC time>).")] = None,
     resume: Annotated[str | None, typer.Option(
@@ -70,10 +75,13 @@ def measure_failover(
         raise fail(f"no MQTT broker answers at {mqtt} ({problem}); start one (e.g. "
                    "mosquitto), or leave --mqtt out to have the hosts report over HTTP")
     mqtt = mqtt or local_broker()
+    if ha is not None and mqtt is None:
+        raise fail("--ha: a standby hears the lab's hosts through a broker, and none answers "
+                   "here; give --mqtt URL")
 
     async def body(store: Any, state: dict[str, Any]) -> None:
         wanted: dict[str, Any] = {"lab": lab, "n": n, "lost": lost, "job": job,
-                                  "signal": signal_name,
+                                  "signal": signal_name, "standby": ha is not None,
                   "seed": seed if seed is not None else random.randrange(1 << 30)}
         params = store.get(resume).params if resume is not None else wanted
         loaded = load(params["lab"])
@@ -91,7 +99,8 @@ def measure_failover(
         console.print(f"[bold]labd measure failover[/]: run [cyan]{measured.name}[/] on lab "
                       f"[cyan]{loaded.lab.name}[/], {left['gpu']} GPU failure(s) "
                       f"({params['signal']}) and {left['host']} host(s) lost to go; hosts "
-                      f"report {'to ' + mqtt if mqtt else 'to the daemon over HTTP'}")
+                      f"report {'to ' + mqtt if mqtt else 'to the daemon over HTTP'}"
+                      + (", with a standby" if ha is not None else ""))
 
         async def kept(result: DrillResult) -> None:
             rows.append(result.row())
@@ -102,7 +111,7 @@ def measure_failover(
             await drills(loaded, drills=left["gpu"], lost=left["host"], mqtt=mqtt,
                          console=console, seed=params["seed"] + len(done),
                          signal=params["signal"], db=db, job=params["job"], each=kept,
-                         done=len(done))
+                         done=len(done), ha=ha)
         switch_ms = next((e.emulator.switch_time_ms for e in loaded.instrument
                           if e.emulator.switch_time_ms is not None), None)
         for table in failover_report(rows, switch_ms):
