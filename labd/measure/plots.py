@@ -21,6 +21,7 @@ What every figure keeps to:
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,16 @@ def _panels(count: int, legend_lines: int) -> tuple[Figure, list[tuple[Axes, Axe
     return fig, out
 
 
+def _suptitle(fig: Figure, text: str) -> None:
+    """The figure's title, each line wrapped to the figure's width: a run's name and its
+    schedule's do not shrink to fit, and a column-wide figure cut them at both ends."""
+    size = float(RC["figure.titlesize"])
+    # An average glyph of DejaVu Sans is a little over half the font's size wide.
+    fits = max(20, int(fig.get_figwidth() * 72 / (size * 0.56)))
+    fig.suptitle("\n".join(textwrap.fill(line, fits, break_on_hyphens=False)
+                           for line in text.split("\n")))
+
+
 def _legend(ax: Axes, strip: Axes, columns: int = 1) -> None:
     handles, labels = ax.get_legend_handles_labels()
     strip.legend(handles, labels, loc="upper center", frameon=False, ncol=columns,
@@ -176,7 +187,7 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
             ax.set_title(switch_label(run, switch, sep="\n"))
             ax.grid(True, which="both", alpha=0.3)
             _legend(ax, strip)
-        fig.suptitle(f"{conditions(run)}\nreconfiguration times (run {run.name})")
+        _suptitle(fig, f"{conditions(run)}\nreconfiguration times (run {run.name})")
         out.append((f"{run.name}-cdf", fig))
 
         summary = summarise(rows)
@@ -190,7 +201,8 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
                 _batch_panel(ax, summary, switch, sorted(ks))
                 ax.set_title(switch_label(run, switch, sep="\n"))
                 _legend(ax, strip)
-            fig.suptitle(f"{conditions(run)}\ndevice time against batch size (run {run.name})")
+            _suptitle(fig, f"{conditions(run)}\ndevice time against batch size "
+                           f"(run {run.name})")
             out.append((f"{run.name}-batch", fig))
     return out
 
@@ -263,8 +275,8 @@ def schedule_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
         ax.set_title("\n".join(switch_label(run, s) for s in switches) or "no switch changed")
         ax.grid(True, alpha=0.3)
         _legend(ax, strip)
-        fig.suptitle(f"{conditions(run)}\n{run.params.get('schedule', run.name)} "
-                     f"(run {run.name})")
+        _suptitle(fig, f"{conditions(run)}\n{run.params.get('schedule', run.name)} "
+                       f"(run {run.name})")
     return [(f"{run.name}-windows", fig)]
 
 
@@ -310,8 +322,8 @@ def failover_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
         ax.set_xlabel("drill (GPU failures, then hosts lost)")
         ax.set_ylabel("ms after the failure")
         ax.grid(True, axis="y", alpha=0.3)
-        fig.suptitle(f"{conditions(run)}: recovery stage by stage, n = {len(drills)} drills "
-                     f"(run {run.name})")
+        _suptitle(fig, f"{conditions(run)}: recovery stage by stage, n = {len(drills)} "
+                       f"drills (run {run.name})")
     return [(f"{run.name}-stages", fig)]
 
 

@@ -330,3 +330,22 @@ async def test_a_bad_plot_format_is_one_message(tmp_path: Path) -> None:
     code, out, err = await run("measure", "show", "any", "--plots", str(tmp_path), "--dpi",
                                "10")
     assert code == 2 and "--dpi" in out + err
+
+
+def test_a_long_title_is_wrapped_inside_its_figure() -> None:
+    # A column-wide schedule figure once cut its run's and schedule's names at both ends.
+    from labd.measure.plots import schedule_figures
+
+    run = a_run("schedule-20261203-063317")
+    run.params["schedule"] = "3d-pp2-dp2-tp2-mb4-l2-with-a-long-name"
+    rows = [{"mode": mode, "changed": ["ocs1"], "gap_ms": 8.0, "reconfig_ms": 4.0,
+             "hidden": mode == "speculative"} for mode in ("on demand", "speculative")]
+    [(_, fig)] = schedule_figures(run, rows)
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    [title] = [t for t in fig.findobj(Text) if t.get_text() == fig.get_suptitle()]
+    box = title.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox)
+    assert "schedule-20261203-063317" in title.get_text()
+    assert "3d-pp2-dp2-tp2-mb4-l2-with-a-long-name" in title.get_text()
