@@ -51,8 +51,9 @@ class MqttLink:
     taken. Without one, the daemon refuses what the host sends (docs/daemon.md)."""
 
     def __init__(self, client: aiomqtt.Client, prefix: str, sealer: Sealer | None,
-                 opener: Opener | None) -> None:
+                 opener: Opener | None, host: str = "") -> None:
         self.client, self.prefix, self.sealer, self._opener = client, prefix, sealer, opener
+        self.host = host
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
         topic = f"{self.prefix}/{kind}"
@@ -76,7 +77,8 @@ class MqttLink:
                     else:
                         check(raw, what="job command")
                 except BusError as exc:  # anyone on the broker may publish here
-                    log.warning("command on %s refused: %s", message.topic, exc)
+                    log.warning("host %s: command on %s refused: %s", self.host,
+                                message.topic, exc, extra={"host": self.host})
                     continue
                 yield raw
         except aiomqtt.MqttError as exc:
@@ -116,7 +118,7 @@ async def mqtt_link(settings: BusSettings, lab: str, host: str,
     try:
         async with session(**settings.login(), will=will,
                            identifier=client_id(prefix, key)) as client:
-            link = MqttLink(client, prefix, sealer, opener)
+            link = MqttLink(client, prefix, sealer, opener, host)
             await link.publish("status", b"online")
             await client.subscribe(f"{prefix}/job", qos=1)
             yield link

@@ -3,11 +3,13 @@ socket: a plan names the switches and ports the real ``POST /v1/circuits`` then
 cross-connects, or why it would refuse and what is in the way; bad input is a 4xx that
 names the field; and asking changes nothing."""
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.labs import endpoint, fiber, switch
+from labd.lab.file import load_lab
+from tests.labs import endpoint, fiber, switch, write_lab
 from tests.rigs import AUTH, StartRig
 
 #: Two 8x8 switches in series: a and c enter ocs1, b and d leave ocs2, two fibres between.
@@ -112,3 +114,24 @@ async def test_bad_input_names_the_field_and_changes_nothing(start_rig: StartRig
         # Nothing was changed or recorded.
         assert not any(rig.daemon.engine.intended.values())
         assert (await http.get("/v1/reconfigurations")).json() == []
+
+
+def test_a_plan_through_a_switch_that_is_not_online_says_so(tmp_path: Path) -> None:
+    from labd.fabric.plan import plan_circuit
+
+    _, path = write_lab(tmp_path, "planoff", *LAB)
+    lab = load_lab(path)
+    sizes = {"ocs1": (8, 8), "ocs2": (8, 8)}
+    intended: dict[str, dict[int, int]] = {"ocs1": {}, "ocs2": {}}
+    one = plan_circuit(lab, "a.nic0", "b.nic0", sizes, intended, {"ocs1"})
+    assert one.route is not None and one.offline == ("ocs2",)
+    assert one.reason == "ocs2 is not online"
+    both = plan_circuit(lab, "a.nic0", "b.nic0", sizes, intended, set())
+    assert both.offline == ("ocs1", "ocs2") and both.reason == "ocs1, ocs2 are not online"
+    # A switch never identified (offline since start-up): its size is unknown, so no path
+    # through it can be told, and the plan says which switch is not known yet.
+    unknown = plan_circuit(lab, "a.nic0", "b.nic0", {"ocs1": (8, 8)}, intended, {"ocs1"},
+                           {"ocs2"})
+    assert unknown.route is None and unknown.offline == ("ocs2",)
+    assert unknown.reason == ("no path from 'a.nic0' to 'b.nic0' in the lab's cabling over "
+                              "the switches identified so far (not yet: ocs2)")
