@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -236,32 +236,33 @@ class OpticalModel:
         """The power at ``node`` now. Polled often (every emulated NIC's carrier, every few
         ms), and the same while no device changes and no transient runs: an answer worked
         out after every device settled stands until a device's revision moves."""
-        now = time.monotonic_ns()
-        devices = self.devices.values()
-        revisions = tuple(d.revision for d in devices)
-        known = self._steady.get(node)
-        if known is not None and known[0] == revisions:
-            return known[1]
-        dbm = float(self.dbm(node, np.array([now]))[0])
-        if all(d.settled_ns <= now for d in devices):
-            self._steady[node] = (revisions, dbm)
-        return dbm
+        return self._now([node], lambda now: {
+            node: float(self.dbm(node, np.array([now]))[0])})[node]
 
     def dbm_now_many(self, nodes: Iterable[str]) -> dict[str, float]:
         """:meth:`dbm_now` for many nodes at once: one pass of the whole lab's light where
         any of them is not known for the devices' state (a pass per node would cost the
         whole lab's nodes times over)."""
+        wanted = list(nodes)
+
+        def work_out(now: int) -> dict[str, float]:
+            mw = self.powers(np.array([now]))
+            return {node: float(to_dbm(mw[node])[0]) if node in mw else DARK_DBM
+                    for node in wanted}
+
+        return self._now(wanted, work_out)
+
+    def _now(self, nodes: list[str], work_out: Callable[[int], dict[str, float]]
+             ) -> dict[str, float]:
+        """The power at ``nodes`` now: kept answers while the devices' revisions are those
+        they were worked out at, else ``work_out(now)``, kept once every device settled."""
         now = time.monotonic_ns()
         devices = self.devices.values()
         revisions = tuple(d.revision for d in devices)
-        wanted = list(nodes)
-        known = [self._steady.get(node) for node in wanted]
+        known = [self._steady.get(node) for node in nodes]
         if all(k is not None and k[0] == revisions for k in known):
-            return {node: k[1] for node, k in zip(wanted, known, strict=True)
-                    if k is not None}
-        mw = self.powers(np.array([now]))
-        out = {node: float(to_dbm(mw[node])[0]) if node in mw else DARK_DBM
-               for node in wanted}
+            return {node: k[1] for node, k in zip(nodes, known, strict=True) if k is not None}
+        out = work_out(now)
         if all(d.settled_ns <= now for d in devices):
             self._steady.update((node, (revisions, dbm)) for node, dbm in out.items())
         return out

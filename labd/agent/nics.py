@@ -52,12 +52,6 @@ class EmulatedNics:
         self.dead = False
         """The host died: nothing reads the links any more."""
 
-    def force_down(self, endpoint: str, down: bool) -> None:
-        (self.down.add if down else self.down.discard)(endpoint)
-
-    def set_dead(self, dead: bool) -> None:
-        self.dead = dead
-
     def pending(self) -> bool:
         """Whether a link is lit but not up yet: it comes up with time alone."""
         if self.dead:

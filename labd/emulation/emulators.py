@@ -194,7 +194,7 @@ class EmulatedHost:
         Returns when (CLOCK_MONOTONIC ns)."""
         self.backend.freeze(True)
         if self.nics is not None:
-            self.nics.set_dead(True)
+            self.nics.dead = True
             self._touched()
         self.agent.jobs.kill_all()
         self.alive = False
@@ -206,7 +206,7 @@ class EmulatedHost:
         self.backend.heal()
         self.backend.freeze(False)
         if self.nics is not None:
-            self.nics.set_dead(False)
+            self.nics.dead = False
             self._touched()
         self.alive = True
         self.killed_at = None
@@ -221,7 +221,10 @@ class EmulatedHost:
     def nic_down(self, nic: str, down: bool) -> None:
         if self.nics is None or nic not in self.nics.endpoints:
             raise ValueError(f"host {self.id} has no emulated NIC {nic!r}")
-        self.nics.force_down(nic, down)
+        if down:
+            self.nics.down.add(nic)
+        else:
+            self.nics.down.discard(nic)
         self._touched()
 
     def _touched(self) -> None:
