@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -267,9 +269,49 @@ async def durable_record(target: Target, count: int) -> list[float]:
     return took
 
 
+def children_cpu_s() -> float | None:
+    """CPU seconds this process's children (the emulators' ``labd emulate``) have used so
+    far, from /proc; None where there is none (not Linux)."""
+    me = os.getpid()
+    total = 0.0
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if int(fields[1]) == me:  # its parent: utime and stime, in clock ticks
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@dataclass
+class Cpu:
+    """CPU seconds over a run: the event loop's thread (the engine, drivers, API), the
+    process's other threads (the store's writer), the emulators' process."""
+
+    loop_s: float
+    threads_s: float
+    emulators_s: float | None
+
+    @classmethod
+    def now(cls) -> Cpu:
+        loop = time.thread_time()
+        return cls(loop, time.process_time() - loop, children_cpu_s())
+
+    def since(self, start: Cpu) -> Cpu:
+        emulators = None if self.emulators_s is None or start.emulators_s is None else \
+            self.emulators_s - start.emulators_s
+        return Cpu(self.loop_s - start.loop_s, self.threads_s - start.threads_s, emulators)
+
+
 async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int, float,
                                                                              list[float],
-                                                                             list[float]]:
+                                                                             list[float], Cpu]:
     deadline = time.monotonic() + seconds
     results = []
 
@@ -282,22 +324,25 @@ async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int
                                                            verify_light=False))
             i += 1
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), Cpu.now()
     await asyncio.gather(*(drive(f"s{i}") for i in range(1, SWITCHES + 1)))
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, Cpu.now().since(cpu)
     after_settle: list[float] = []
     inside: list[float] = []
     for name in (f"s{i}" for i in range(1, SWITCHES + 1)):
-        truth = (await backdoor.truth(name))["changes"]
+        # By arrival: each record's own changes found by bisection (thousands of records
+        # per switch, each against every change, took longer than the run itself).
+        truth = sorted((await backdoor.truth(name))["changes"], key=lambda c: c["arrived_ns"])
+        arrivals = [c["arrived_ns"] for c in truth]
         for r in (r for r in results if r.switch == name):
             p = r.phases
-            mine = [c for c in truth
-                    if p["dispatched"] is not None and p["acknowledged"] is not None
-                    and p["dispatched"] <= c["arrived_ns"] <= p["acknowledged"]]
-            if mine and p["acknowledged"] is not None:
-                after_settle.append((p["acknowledged"] - mine[-1]["settled_ns"]) / 1e6)
+            if p["dispatched"] is None or p["acknowledged"] is None:
+                continue
+            last = bisect.bisect_right(arrivals, p["acknowledged"])
+            if last > bisect.bisect_left(arrivals, p["dispatched"]):
+                after_settle.append((p["acknowledged"] - truth[last - 1]["settled_ns"]) / 1e6)
                 inside.append(1.0)
-    return len(results), elapsed, after_settle, inside
+    return len(results), elapsed, after_settle, inside, cpu
 
 
 async def main(samples: int, rows: int, seconds: float, durable: int = 500,
@@ -311,8 +356,8 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
         async with emulated_rig(lab, db=str(Path(scratch) / "daemon.sqlite"), token=TOKEN,
                                 apart=True) as rig:
             api_us, direct_us = await api_vs_direct(rig.daemon, rig.addresses["s1"], samples)
-            count, elapsed, after_settle, inside = await fleet(rig.daemon, rig.backdoor,
-                                                               seconds)
+            count, elapsed, after_settle, inside, cpu = await fleet(rig.daemon, rig.backdoor,
+                                                                    seconds)
     measured = {t: await store_throughput(t, rows) for t in stores}
     records = {t: await durable_record(t, durable) for t in stores}
 
@@ -344,6 +389,16 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
           f"{percentile(after_settle, 50):.3f} ms, p99 {percentile(after_settle, 99):.3f} ms; "
           f"the true change lay between dispatched and acknowledged in "
           f"{len(inside)}/{count} records")
+    per = {"loop": cpu.loop_s / count * 1e6, "threads": cpu.threads_s / count * 1e6,
+           "emulators": None if cpu.emulators_s is None else cpu.emulators_s / count * 1e6}
+    spent = sum(v for v in per.values() if v is not None)
+    cores = os.cpu_count() or 1
+    print(f"   CPU per reconfiguration: the daemon's event loop {per['loop']:.0f} µs, its other "
+          f"threads (the store's writer) {per['threads']:.0f} µs, the emulators "
+          + ("not measured" if per["emulators"] is None else f"{per['emulators']:.0f} µs")
+          + f": {spent:.0f} µs in all, which {cores} cores hold at most "
+          f"{cores * 1e6 / spent:,.0f} times a second (the loop alone: "
+          f"{1e6 / per['loop']:,.0f}/s)")
     q = percentile
     figures: dict[str, float] = {}
     for t in stores:
@@ -357,6 +412,9 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
         "api_p50_us": q(api_us, 50), "api_p99_us": q(api_us, 99),
         "api_added_p50_ms": added50, "api_added_p99_ms": added99,
         "fleet_per_s": count / elapsed, "fleet_seconds": elapsed,
+        "fleet_loop_cpu_us": per["loop"], "fleet_threads_cpu_us": per["threads"],
+        **({} if per["emulators"] is None else {"fleet_emulators_cpu_us": per["emulators"]}),
+        "fleet_cpu_bound_per_s": cores * 1e6 / spent,
         "after_settle_p50_ms": q(after_settle, 50),
         "after_settle_p99_ms": q(after_settle, 99),
         "truth_inside": len(inside), "truth_total": count,

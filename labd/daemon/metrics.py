@@ -28,6 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from labd.daemon.tallies import LoopCounter, LoopHistogram
 from labd.events import Event
 from labd.vocabulary import SPANS, STAGES, span_ns
 
@@ -66,15 +67,17 @@ class DaemonMetrics:
         self.bus = bus
         """The MQTT bridge (labd.daemon.bus.MqttBridge), when the lab has a broker."""
         self.registry = CollectorRegistry()
-        self.reconfiguration_seconds = Histogram(
+        # Counted on every reconfiguration, from the loop's thread only: tallies without
+        # the library's locks (labd.daemon.tallies), exposed as the same families.
+        self.reconfiguration_seconds = LoopHistogram(
             "labd_reconfiguration_seconds",
             "A reconfiguration's time per span (docs/daemon.md: device = dispatched to "
             "acknowledged, switching, light, software, total)",
             ["switch", "phase"], buckets=SECONDS_BUCKETS, registry=self.registry)
-        self.reconfigurations = Counter(
+        self.reconfigurations = LoopCounter(
             "labd_reconfigurations", "Reconfigurations by switch, cause and outcome",
             ["switch", "cause", "outcome"], registry=self.registry)
-        self.light_verifications = Counter(
+        self.light_verifications = LoopCounter(
             "labd_light_verifications",
             "Reconfigurations on metered paths by what the meters said: verified (light "
             "seen on every path in the window) or missing",

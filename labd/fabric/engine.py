@@ -213,9 +213,10 @@ class Engine:
                        if (f"meter:{k[0]}", k[1]) in keys}
             # A store that refused its last write refuses the request before the device
             # is touched (free while the store is well).
-            await self.store.check_writable()
+            if self.store.failing is not None:
+                await self.store.check_writable()
             self.check_leading()
-            started = await self._start_watches(name, watches)
+            started = await self._start_watches(name, watches) if watches else []
             phases["dispatched"] = time.monotonic_ns()
             try:
                 # Per operation (a change is a replace, or a break then a make): its first
@@ -263,7 +264,7 @@ class Engine:
                     # The meter failed, not the light: the change stands, unverified.
                     self.hub.publish("warning", {"detail": f"light verification on {name} "
                                                            f"failed: {exc}"})
-            else:
+            elif started:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
@@ -293,7 +294,8 @@ class Engine:
                 refusal = f"{name}: the change is refused, {exc}{undone}"
                 self.hub.publish("warning", {"detail": refusal})
                 raise StoreUnavailable(refusal) from None
-        await self._keep_traces(started, row_id)
+        if started:
+            await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import sqlite3
@@ -448,7 +449,8 @@ def stale_message(exc: BaseException) -> str:
 _SQLITE_RECONFIGURATION = (
     "INSERT INTO reconfigurations (id, switch, cause, outcome, error, batch_size, "
     "requested_ns, dispatched_ns, activated_ns, acked_ns, light_ns, done_ns, wall_time) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)")
+    "VALUES")
+_RECONFIGURATION_WIDTH = 13
 
 
 def _walls(records: Sequence[ReconfigurationRecord]) -> list[datetime]:
@@ -479,42 +481,92 @@ def _stored_walls(records: Sequence[ReconfigurationRecord]) -> list[str]:
     return out
 
 
+#: Bound parameters one statement may carry on every SQLite (999 before 3.32).
+_SQLITE_PARAMETERS = 999
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(head: str, count: int, width: int) -> str:
+    """``head (?,?),(?,?)``: ``count`` rows of ``width`` values (one string object per
+    statement, so sqlite3's cache of prepared statements finds it at once)."""
+    row = "(" + ",".join("?" * width) + ")"
+    return f"{head} {','.join([row] * count)}"
+
+
+def _execute_rows(cursor: Any, head: str, width: int, rows: Sequence[Sequence[Any]],
+                  ) -> list[int]:
+    """``head`` (``INSERT INTO t (...) VALUES``) then ``rows`` as ``(?,?),(?,?)``, in as few
+    statements as SQLite's parameter limit
+    allows, not a statement per row: the sqlite3 module lets go of the GIL for each row of
+    an executemany and must take it back after, and with the event loop's thread busy each
+    take waits its turn. Returns each statement's last row id."""
+    if len(rows) == 1:  # the common case: the row as it is
+        cursor.execute(_statement(head, 1, width), rows[0])
+        return [int(cursor.lastrowid or 0)]
+    per = max(1, _SQLITE_PARAMETERS // width)
+    last = []
+    for start in range(0, len(rows), per):
+        chunk = rows[start:start + per]
+        cursor.execute(_statement(head, len(chunk), width),
+                       [value for row in chunk for value in row])
+        last.append(int(cursor.lastrowid or 0))
+    return last
+
+
+def _delete_in(cursor: Any, head: str, fixed: list[Any], values: Sequence[Any]) -> None:
+    """``head (?,?,...)`` over ``values``, each statement with the ``fixed`` parameters
+    first, as few statements as the parameter limit allows."""
+    if len(values) == 1:  # the common case, kept one prepared statement
+        cursor.execute(f"{head} (?)", [*fixed, values[0]])
+        return
+    per = _SQLITE_PARAMETERS - len(fixed)
+    for start in range(0, len(values), per):
+        chunk = values[start:start + per]
+        cursor.execute(f"{head} ({','.join('?' * len(chunk))})", [*fixed, *chunk])
+
+
 def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
     """The same as the Core path, on the sqlite3 cursor itself: a durable record is on the
     path of every acknowledged request, and SQLAlchemy's per-statement machinery costs ten
     times the insert. Same transaction, same columns, same storage format (SQLAlchemy's
-    DateTime on SQLite: naive UTC, microseconds)."""
+    DateTime on SQLite: naive UTC, microseconds); a few statements a batch, whatever its
+    size (:func:`_execute_rows`)."""
     cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
     rows = [(None, r.switch, r.cause, r.outcome, r.error,
              len(r.connected) + len(r.disconnected), r.requested_ns, r.dispatched_ns,
              r.activated_ns, r.acked_ns, r.light_ns, r.done_ns, wall)
             for r, wall in zip(records, _stored_walls(records), strict=True)]
-    # The first row takes the next id; the rest follow it in one executemany (sqlite3 gives
-    # no ids back from one). Nothing else can take an id in between: the insert holds the
-    # database's write lock until this transaction commits.
-    cursor.execute(_SQLITE_RECONFIGURATION, rows[0])
-    first = int(cursor.lastrowid or 0)
-    ids = list(range(first, first + len(rows)))
-    if len(rows) > 1:
-        cursor.executemany(_SQLITE_RECONFIGURATION,
-                           [(rid, *row[1:]) for rid, row in zip(ids[1:], rows[1:], strict=True)])
+    # One statement's rows take consecutive ids, the last of them its lastrowid: nothing
+    # else can take one in between (the insert holds the database's write lock until this
+    # transaction commits).
+    per = _SQLITE_PARAMETERS // _RECONFIGURATION_WIDTH
+    ids: list[int] = []
+    for start, last in zip(range(0, len(rows), per), _execute_rows(
+            cursor, _SQLITE_RECONFIGURATION, _RECONFIGURATION_WIDTH, rows), strict=True):
+        count = min(per, len(rows) - start)
+        ids.extend(range(last - count + 1, last + 1))
     changes = [(rid, action, a, b) for rid, r in zip(ids, records, strict=True)
                for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
                for a, b in pairs]
     if changes:
-        cursor.executemany("INSERT INTO pair_changes (reconfiguration_id, action, a, b) "
-                           "VALUES (?,?,?,?)", changes)
-    for r in records:
-        if r.intended is not None:
-            cursor.execute("DELETE FROM intended_pairs WHERE switch = ?", (r.switch,))
-            cursor.executemany("INSERT INTO intended_pairs (switch, a, b) VALUES (?,?,?)",
-                               [(r.switch, a, b) for a, b in r.intended.items()])
-        elif r.update_intended:
-            gone = [a for a, _ in r.disconnected] + [a for a, _ in r.connected]
-            cursor.executemany("DELETE FROM intended_pairs WHERE switch = ? AND a = ?",
-                               [(r.switch, a) for a in gone])
-            cursor.executemany("INSERT INTO intended_pairs (switch, a, b) VALUES (?,?,?)",
-                               [(r.switch, a, b) for a, b in r.connected])
+        _execute_rows(cursor, "INSERT INTO pair_changes (reconfiguration_id, action, a, b) "
+                              "VALUES", 4, changes)
+    # What the batch leaves each switch's intended circuits as, as on PostgreSQL: the same
+    # end as applying its records one after another (intended_changes). Plain IN lists:
+    # SQLite reads ``IN (?)`` as ``= ?``, where ``IN (VALUES ...)`` builds a table first.
+    replaced: list[str] = []
+    added: list[tuple[str, int, int]] = []
+    for change in intended_changes(records):
+        if change.replace:
+            replaced.append(change.switch)
+        elif change.ports:
+            _delete_in(cursor, "DELETE FROM intended_pairs WHERE switch = ? AND a IN",
+                       [change.switch], list(change.ports))
+        added.extend((change.switch, a, b) for a, b in change.ports.items() if b is not None)
+    if replaced:
+        _delete_in(cursor, "DELETE FROM intended_pairs WHERE switch IN", [], replaced)
+    if added:
+        _execute_rows(cursor, "INSERT INTO intended_pairs (switch, a, b) VALUES", 3, added)
     cursor.close()
     return ids
 

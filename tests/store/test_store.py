@@ -5,6 +5,7 @@ import os
 import random
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -19,7 +22,7 @@ from labd.daemon.api.errors import status_of
 from labd.errors import StoreError, StoreUnavailable
 from labd.store import Store
 from labd.store.models import PairChange, Reconfiguration
-from labd.store.store import ReconfigurationRecord, set_intended
+from labd.store.store import ReconfigurationRecord, insert_records, set_intended
 from tests.databases import postgres_database
 from tests.labs import switch
 from tests.store.refusals import refusing
@@ -239,3 +242,61 @@ async def test_a_refused_read_is_a_store_error_and_the_probe_clears(url: str) ->
         assert await store.record(row(1)) == 1
     finally:
         await store.close()
+
+
+PAIR = st.tuples(st.integers(1, 6), st.integers(7, 12))
+RECORD = st.tuples(st.sampled_from(["s1", "s2"]), st.booleans(), st.booleans(),
+                   st.lists(PAIR, max_size=3, unique_by=lambda p: p[0]),
+                   st.lists(PAIR, max_size=3, unique_by=lambda p: p[0]))
+
+
+def _model(records: list[ReconfigurationRecord]) -> dict[str, dict[int, int]]:
+    """The intended state records leave, applied one at a time as the engine means them."""
+    state: dict[str, dict[int, int]] = {}
+    for r in records:
+        pairs = state.setdefault(r.switch, {})
+        if r.intended is not None:
+            pairs.clear()
+            pairs.update(r.intended)
+        elif r.update_intended:
+            for a, _ in [*r.disconnected, *r.connected]:
+                pairs.pop(a, None)
+            pairs.update(r.connected)
+    return {s: p for s, p in state.items() if p}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(RECORD, max_size=24), st.lists(st.integers(1, 8), min_size=1, max_size=24))
+def test_any_records_in_any_batches_leave_the_intended_state_they_mean(
+        given_records: list[tuple[str, bool, bool, list[tuple[int, int]],
+                                  list[tuple[int, int]]]], sizes: list[int]) -> None:
+    """A batch goes in with a few statements a table (store.py, _insert_sqlite), not a
+    statement per record; the intended state it leaves is the one applying its records one
+    after another leaves, however the records are split into batches."""
+    now = time.monotonic_ns()
+    records = [ReconfigurationRecord(
+        switch=name, cause="api", outcome="ok", error=None, connected=connected,
+        disconnected=disconnected, requested_ns=now, dispatched_ns=now, activated_ns=now,
+        acked_ns=now, light_ns=None, done_ns=now,
+        intended=dict(connected) if whole else None, update_intended=update)
+        for name, whole, update, connected, disconnected in given_records]
+    with tempfile.TemporaryDirectory() as folder:
+        async def run() -> tuple[dict[str, dict[int, int]], list[int]]:
+            store = Store(str(Path(folder) / "store.sqlite"))
+            await store.open()
+            try:
+                assert store.engine is not None
+                ids: list[int] = []
+                rest, turn = list(records), 0
+                while rest:
+                    batch, rest = rest[:sizes[turn % len(sizes)]], rest[sizes[turn % len(sizes)]:]
+                    turn += 1
+                    with store.engine.begin() as connection:
+                        ids += insert_records(connection, batch)
+                return await store.intended(), ids
+            finally:
+                await store.close()
+
+        intended, ids = asyncio.run(run())
+    assert intended == _model(records)
+    assert ids == list(range(1, len(records) + 1))

@@ -32,6 +32,7 @@ from labd.daemon.api import (
     switches,
 )
 from labd.daemon.api.edge import Edge
+from labd.daemon.api.shortcut import Shortcuts
 from labd.daemon.services import Services
 from labd.lab.file import file_sha256
 
@@ -57,6 +58,10 @@ def create_app(services: Services) -> FastAPI:
     # The routers' own routes (included without a prefix, so their paths are the app's):
     # the app's own list holds the included routers, not their routes.
     routes = [route for module in ROUTERS for route in module.router.routes]
+    # Inside the edge (added first): what reaches a shortcut has passed the edge's checks.
+    app.add_middleware(Shortcuts, routes=[
+        (route, switches.SHORTCUTS[endpoint]) for route in switches.router.routes
+        if (endpoint := getattr(route, "endpoint", None)) in switches.SHORTCUTS])
     app.add_middleware(Edge, routes=routes, access=access,
                        open_reads=open_reads, max_body=settings.max_body,
                        open_metrics=settings.open_metrics,

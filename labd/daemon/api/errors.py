@@ -28,17 +28,26 @@ def status_of(exc: Exception) -> int:
     return next(STATUS[cls] for cls in type(exc).__mro__ if cls in STATUS)
 
 
+#: The errors answered as ``{"detail": ...}`` with their status (the rest are 500s).
+ANSWERED = (RequestError, InstrumentError)
+
+
+def error_response(exc: Exception) -> JSONResponse:
+    """A labd request error or an instrument error as the API answers it."""
+    # A standby's refusal says where the leader answers (x-labd-leader), if known.
+    headers = {"x-labd-leader": exc.leader_url} if isinstance(
+        exc, NotLeader) and exc.leader_url else None
+    return JSONResponse({"detail": str(exc)}, status_code=status_of(exc), headers=headers)
+
+
 def install(app: FastAPI) -> None:
     """Answer every labd request error and instrument error as JSON with its status."""
 
     async def answer(request: Request, exc: Exception) -> JSONResponse:
-        # A standby's refusal says where the leader answers (x-labd-leader), if known.
-        headers = {"x-labd-leader": exc.leader_url} if isinstance(
-            exc, NotLeader) and exc.leader_url else None
-        return JSONResponse({"detail": str(exc)}, status_code=status_of(exc), headers=headers)
+        return error_response(exc)
 
-    app.add_exception_handler(RequestError, answer)
-    app.add_exception_handler(InstrumentError, answer)
+    for kind in ANSWERED:
+        app.add_exception_handler(kind, answer)
     app.add_exception_handler(RequestValidationError, invalid)
 
 

@@ -4,6 +4,7 @@ take."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -13,7 +14,8 @@ from instruments.errors import NotSupported
 from labd.daemon.api.bodies import CircuitBody, MapBody, PairsBody, PortsBody
 from labd.daemon.api.deps import OPERATOR, ServicesDep
 from labd.daemon.api.shapes import route_dict
-from labd.fabric.engine import Engine
+from labd.daemon.api.shortcut import Shortcut
+from labd.fabric.engine import Engine, Result
 from labd.lab.wiring import circuits
 
 router = APIRouter()
@@ -62,32 +64,47 @@ def engine_of(request: Request) -> Engine:
     return engine
 
 
+# What each reconfiguration route does, apart from HTTP: the route calls it, and so does its
+# shortcut (shortcut.py), which answers a valid request without FastAPI's routing.
+async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
+    return await engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
+                                    verify_light=body.verify_light)
+
+
+async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
+    return await engine.reconfigure(switch, replace=dict(body.pairs), cause=body.cause,
+                                    verify_light=body.verify_light)
+
+
+async def _disconnect(engine: Engine, switch: str, body: PortsBody) -> Result:
+    return await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
+                                    verify_light=body.verify_light)
+
+
 # Reconfigurations answer with a plain JSONResponse: the result is already JSON-shaped, and
 # re-validating it would cost a measurable part of the request's latency.
 @router.post("/v1/switches/{switch}/connections", **OPERATOR,
              response_class=JSONResponse)
 async def connect(switch: str, body: PairsBody, request: Request) -> JSONResponse:
-    result = await engine_of(request).reconfigure(switch, connect=body.pairs, cause=body.cause,
-                                               verify_light=body.verify_light)
-    return JSONResponse(result.as_dict())
+    return JSONResponse((await _connect(engine_of(request), switch, body)).as_dict())
 
 
 @router.put("/v1/switches/{switch}/connections", **OPERATOR,
             response_class=JSONResponse)
 async def replace(switch: str, body: MapBody, request: Request) -> JSONResponse:
-    result = await engine_of(request).reconfigure(switch, replace=dict(body.pairs),
-                                               cause=body.cause,
-                                               verify_light=body.verify_light)
-    return JSONResponse(result.as_dict())
+    return JSONResponse((await _replace(engine_of(request), switch, body)).as_dict())
 
 
 @router.post("/v1/switches/{switch}/disconnect", **OPERATOR,
              response_class=JSONResponse)
 async def disconnect(switch: str, body: PortsBody, request: Request) -> JSONResponse:
-    result = await engine_of(request).reconfigure(switch, disconnect=body.ports,
-                                               cause=body.cause,
-                                               verify_light=body.verify_light)
-    return JSONResponse(result.as_dict())
+    return JSONResponse((await _disconnect(engine_of(request), switch, body)).as_dict())
+
+
+#: The routes with a shortcut (shortcut.py), by endpoint: the body's model and the call.
+SHORTCUTS: dict[Callable[..., Any], Shortcut] = {
+    connect: Shortcut(PairsBody, _connect), replace: Shortcut(MapBody, _replace),
+    disconnect: Shortcut(PortsBody, _disconnect)}
 
 
 @router.get("/v1/circuits")
