@@ -75,6 +75,13 @@ def program_message(*units: str) -> str:
     return ";".join(out)
 
 
+def _no_error(entry: str) -> bool:
+    """Whether an error-queue entry is plainly code 0 (``0,"No error"``, ``+0, ...``):
+    the answer to nearly every command, told without the full parse."""
+    code, comma, _ = entry.strip().partition(",")
+    return bool(comma) and code in ("0", "+0", "-0")
+
+
 def parse_error(text: str, *, command: str = ":SYST:ERR?",
                 instrument: str | None = None) -> tuple[int, str]:
     """``-113, "Undefined header"`` (or ``+0,"No error"``) → ``(-113, "Undefined header")``."""
@@ -171,7 +178,8 @@ async def command_checked(link: Link, command: str) -> None:
     if len(answers) != 2:
         raise ProtocolError(f"expected 2 answers to {message!r}, got {answers!r}",
                             instrument=link.name)
-    await _raise_queued(link, answers[1], command)
+    if not _no_error(answers[1]):
+        await _raise_queued(link, answers[1], command)
 
 
 async def query_checked(link: Link, query: str, *, timeout: float | None = None) -> str:

@@ -207,11 +207,12 @@ class OpticalSwitch(Instrument):
         wanted = {self.check_port(p) for p in ports}
 
         async def exchange(link: Link) -> list[int]:
-            if not wanted <= self.partner_map().keys():
+            partners = self.partner_map()
+            if not wanted <= partners.keys():
                 # Our map does not know some port: the device may (someone else made the
                 # pair). Ask it rather than skip the port on a stale belief.
                 self._observe(await self._read_map(link))
-            partners = self.partner_map()
+                partners = self.partner_map()
             lows = sorted({min(p, partners[p]) for p in wanted if p in partners})
             if lows:
                 await self._disconnect(link, lows)

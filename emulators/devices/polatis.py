@@ -275,18 +275,23 @@ class PolatisTl1Interface(Interface):
         self._atag += 1
         return self._atag
 
+    def _listening(self) -> list[Any]:
+        return [s for s in self.sessions if s.user is not None and s.autonomous_enabled
+                and s.send]
+
     def _broadcast(self, verb_line: str, lines: list[str], alarm: str = "A") -> None:
         atag = self.next_atag()
+        if not self._listening():
+            return  # no TL1 session takes reports now: nothing to write, nor to schedule
 
         def deliver() -> None:
-            listening = [s for s in self.sessions
-                         if s.user is not None and s.autonomous_enabled and s.send]
+            listening = self._listening()
             if not listening:
                 return
             block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines,
                                alarm)
             for session in listening:
-                session.send(block)  # type: ignore[misc]
+                session.send(block)
 
         # Reports follow the response of the command that caused them, as on the device,
         # and are written after it: none of their cost is in the device's reply time.

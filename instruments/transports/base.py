@@ -51,6 +51,7 @@ class ReceiveBuffer:
         self._want_sep: bytes = b""
         self._want_count = 0
         self._overflow = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.fed_ns = 0
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
@@ -97,7 +98,9 @@ class ReceiveBuffer:
                                 + (f" after sending {partial!r}" if partial else ""))
 
     async def _wait(self, timeout: float, what: str) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # the first wait; the buffer lives on this loop from here on
+            loop = self._loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiter = waiter
         timer = loop.call_later(timeout, _expire, waiter)

@@ -22,6 +22,7 @@ _CHUNK = 256 * 1024
 class TcpTransport(BufferedTransport):
     _sock: socket.socket | None = None
     _into: memoryview
+    _loop: asyncio.AbstractEventLoop
     stamped = False
     """Whether arrivals are the kernel's stamps (else: when the event loop read them)."""
 
@@ -36,6 +37,9 @@ class TcpTransport(BufferedTransport):
         self._into = memoryview(bytearray(_CHUNK))
         loop.add_reader(sock.fileno(), self._readable, sock, buffer)
         self._sock, self._buffer = sock, buffer
+        # Kept: every write would otherwise ask for the running loop, which costs a
+        # getpid() system call each time (asyncio's check that no fork came between).
+        self._loop = loop
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, host: str, port: int
                        ) -> socket.socket:
@@ -86,7 +90,7 @@ class TcpTransport(BufferedTransport):
         if sock is None or sock.fileno() < 0:
             raise InstrumentClosed(f"{self.address} is not open")
         try:
-            await asyncio.get_running_loop().sock_sendall(sock, data)
+            await self._loop.sock_sendall(sock, data)
         except OSError as exc:
             raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
 
