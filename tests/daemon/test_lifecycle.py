@@ -3,6 +3,7 @@ part in order; a background loop that fails ends the block; a start-up that fail
 nothing open; ``stop()`` ends it early, as a daemon that goes away."""
 
 import asyncio
+import gc
 import socket
 from pathlib import Path
 
@@ -49,6 +50,8 @@ async def test_the_block_serves_and_leaving_it_stops_everything_in_order(
     assert daemon.url == "" and daemon.report.failed == {}  # nothing done yet
     async with daemon:
         assert set(daemon.report.failed) == {"gone"}
+        # What start-up made is out of the collector's full passes while it serves.
+        assert gc.get_freeze_count() > 0
         async with httpx.AsyncClient(base_url=daemon.url, headers=AUTH) as http:
             assert (await http.get("/v1/health")).json()["lab"] == "life"
         ws = await websockets.connect(daemon.url.replace("http://", "ws://") + "/v1/events",
@@ -64,6 +67,7 @@ async def test_the_block_serves_and_leaving_it_stops_everything_in_order(
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001,
                                                                   "the daemon is stopping")
     await assert_stopped(daemon)
+    assert gc.get_freeze_count() == 0  # and back in them once it stopped
 
 
 async def test_an_error_in_the_block_is_raised_as_itself(lab: Lab, tmp_path: Path) -> None:

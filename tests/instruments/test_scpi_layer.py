@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from instruments import scpi
 from instruments.errors import DeviceError, ProtocolError
@@ -25,6 +27,17 @@ def test_error_queue_entries_in_both_forms() -> None:
     assert scpi.parse_error('-113, "Undefined header"') == (-113, "Undefined header")
     with pytest.raises(ProtocolError):
         scpi.parse_error("whatever")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=24), st.from_regex(r'\A[+-]?0\s*,.{0,12}\Z'),
+                 st.sampled_from(['0,"No error"', '+0, "No error"', "-0,", "0", "00,x",
+                                  ' 0,"ok" ', '1,"x"'])))
+def test_an_entry_told_no_error_at_once_is_code_0_by_the_full_parse(entry: str) -> None:
+    """command_checked tells a plain code-0 entry without the regular expression; whatever
+    it lets through so, the full parse reads as code 0 too."""
+    if scpi._no_error(entry):
+        assert scpi.parse_error(entry)[0] == 0
 
 
 def test_split_answers_respects_quotes() -> None:
