@@ -213,10 +213,9 @@ class Engine:
                        if (f"meter:{k[0]}", k[1]) in keys}
             # A store that refused its last write refuses the request before the device
             # is touched (free while the store is well).
-            if self.store.failing is not None:
-                await self.store.check_writable()
+            await self.store.check_writable()
             self.check_leading()
-            started = await self._start_watches(name, watches) if watches else []
+            started = await self._start_watches(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
                 # Per operation (a change is a replace, or a break then a make): its first
@@ -264,7 +263,7 @@ class Engine:
                     # The meter failed, not the light: the change stands, unverified.
                     self.hub.publish("warning", {"detail": f"light verification on {name} "
                                                            f"failed: {exc}"})
-            elif started:
+            else:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
@@ -294,8 +293,7 @@ class Engine:
                 refusal = f"{name}: the change is refused, {exc}{undone}"
                 self.hub.publish("warning", {"detail": refusal})
                 raise StoreUnavailable(refusal) from None
-        if started:
-            await self._keep_traces(started, row_id)
+        await self._keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result
@@ -484,6 +482,8 @@ class Engine:
         # One watch per meter, every channel (light coming or going) armed in one exchange:
         # watches started one after another would each begin their window before the next
         # is armed, and a slow meter would see the first windows end before the change.
+        if not watches:  # nothing metered (most requests): no window to work out
+            return []
         groups: dict[str, dict[int, bool]] = {}
         for (meter, channel), (_, present) in watches.items():
             groups.setdefault(meter, {})[channel] = present

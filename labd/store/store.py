@@ -494,31 +494,26 @@ def _statement(head: str, count: int, width: int) -> str:
 
 
 def _execute_rows(cursor: Any, head: str, width: int, rows: Sequence[Sequence[Any]],
-                  ) -> list[int]:
+                  ) -> int:
     """``head`` (``INSERT INTO t (...) VALUES``) then ``rows`` as ``(?,?),(?,?)``, in as few
-    statements as SQLite's parameter limit
-    allows, not a statement per row: the sqlite3 module lets go of the GIL for each row of
-    an executemany and must take it back after, and with the event loop's thread busy each
-    take waits its turn. Returns each statement's last row id."""
-    if len(rows) == 1:  # the common case: the row as it is
+    statements as SQLite's parameter limit allows, not a statement per row: the sqlite3
+    module lets go of the GIL for each row of an executemany and must take it back after,
+    and with the event loop's thread busy each take waits its turn. Returns the last
+    statement's last row id."""
+    if len(rows) == 1:  # the common case: the row as it is, not flattened
         cursor.execute(_statement(head, 1, width), rows[0])
-        return [int(cursor.lastrowid or 0)]
+        return int(cursor.lastrowid or 0)
     per = max(1, _SQLITE_PARAMETERS // width)
-    last = []
     for start in range(0, len(rows), per):
         chunk = rows[start:start + per]
         cursor.execute(_statement(head, len(chunk), width),
                        [value for row in chunk for value in row])
-        last.append(int(cursor.lastrowid or 0))
-    return last
+    return int(cursor.lastrowid or 0)
 
 
 def _delete_in(cursor: Any, head: str, fixed: list[Any], values: Sequence[Any]) -> None:
     """``head (?,?,...)`` over ``values``, each statement with the ``fixed`` parameters
     first, as few statements as the parameter limit allows."""
-    if len(values) == 1:  # the common case, kept one prepared statement
-        cursor.execute(f"{head} (?)", [*fixed, values[0]])
-        return
     per = _SQLITE_PARAMETERS - len(fixed)
     for start in range(0, len(values), per):
         chunk = values[start:start + per]
@@ -536,15 +531,11 @@ def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord])
              len(r.connected) + len(r.disconnected), r.requested_ns, r.dispatched_ns,
              r.activated_ns, r.acked_ns, r.light_ns, r.done_ns, wall)
             for r, wall in zip(records, _stored_walls(records), strict=True)]
-    # One statement's rows take consecutive ids, the last of them its lastrowid: nothing
+    # The rows take consecutive ids, the last row the last statement's lastrowid: nothing
     # else can take one in between (the insert holds the database's write lock until this
     # transaction commits).
-    per = _SQLITE_PARAMETERS // _RECONFIGURATION_WIDTH
-    ids: list[int] = []
-    for start, last in zip(range(0, len(rows), per), _execute_rows(
-            cursor, _SQLITE_RECONFIGURATION, _RECONFIGURATION_WIDTH, rows), strict=True):
-        count = min(per, len(rows) - start)
-        ids.extend(range(last - count + 1, last + 1))
+    last = _execute_rows(cursor, _SQLITE_RECONFIGURATION, _RECONFIGURATION_WIDTH, rows)
+    ids = list(range(last - len(rows) + 1, last + 1))
     changes = [(rid, action, a, b) for rid, r in zip(ids, records, strict=True)
                for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
                for a, b in pairs]

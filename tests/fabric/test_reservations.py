@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from labd.fabric.reservations import Reservations
 
 
@@ -44,18 +46,13 @@ async def test_a_request_cancelled_while_it_waits_takes_nothing() -> None:
     reservations = Reservations()
     held = reservations.hold({1, 2})
     await held.__aenter__()
-    entered = asyncio.Event()
-
-    async def waiter() -> None:
-        async with reservations.hold({2, 3}):
-            entered.set()
-
-    task = asyncio.create_task(waiter())
-    await asyncio.sleep(0)  # one turn of the loop: the task runs up to its wait
-    assert len(reservations._waiting) == 1
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    assert task.cancelled() and not entered.is_set()
+    # The waiting request's entry, stepped by hand: it runs up to its wait and yields the
+    # future it waits on (no turn of the loop to guess at), then is cancelled there.
+    entering = reservations.hold({2, 3}).__aenter__()
+    waited = entering.send(None)
+    assert reservations._waiting == [waited]
+    with pytest.raises(asyncio.CancelledError):
+        entering.throw(asyncio.CancelledError())
     assert reservations._waiting == [] and not reservations.busy({3})
     await held.__aexit__(None, None, None)
     assert not reservations.busy({1, 2, 3})

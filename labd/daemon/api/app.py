@@ -59,9 +59,7 @@ def create_app(services: Services) -> FastAPI:
     # the app's own list holds the included routers, not their routes.
     routes = [route for module in ROUTERS for route in module.router.routes]
     # Inside the edge (added first): what reaches a shortcut has passed the edge's checks.
-    app.add_middleware(Shortcuts, routes=[
-        (route, switches.SHORTCUTS[endpoint]) for route in switches.router.routes
-        if (endpoint := getattr(route, "endpoint", None)) in switches.SHORTCUTS])
+    app.add_middleware(Shortcuts, shortcuts=switches.SHORTCUTS)
     app.add_middleware(Edge, routes=routes, access=access,
                        open_reads=open_reads, max_body=settings.max_body,
                        open_metrics=settings.open_metrics,

@@ -114,6 +114,9 @@ class Edge:
             match, child = route.matches(scope)
             if match is Match.FULL:
                 role, host = route_role(route), route_host(route, child)
+                # Kept in the scope, as Starlette's router keeps its match (the endpoint,
+                # the path's parameters): the shortcut (shortcut.py) need not match again.
+                scope.update(child)
                 break
             if match is Match.PARTIAL and partial is None:
                 partial = route_role(route)

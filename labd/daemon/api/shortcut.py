@@ -2,7 +2,8 @@
 machinery when their body is valid.
 
 A request to one of them (``SHORTCUTS`` in switches.py) has passed the edge (its key, its
-body's size and encoding) and its body is read. Here the body is parsed and validated as
+body's size and encoding; the edge's match of its route is kept in the scope) and its body
+is read. Here the body is parsed and validated as
 FastAPI would (``json.loads``, then the route's model from Python objects), the route's own
 call is made, and its result is answered as the route answers it (the same JSONResponse).
 Anything else goes on to the app: a body that does not parse or validate (FastAPI then
@@ -18,13 +19,12 @@ layers, about a tenth of a millisecond per request.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from labd.daemon.api.edge import replay
@@ -43,28 +43,19 @@ class Shortcut:
 
 
 class Shortcuts:
-    """Pure ASGI middleware, inside the edge: ``routes`` are the app's routes that have a
-    shortcut, each with it."""
+    """Pure ASGI middleware, inside the edge, which has matched the request's route and
+    kept its endpoint and path parameters in the scope: ``shortcuts`` by endpoint."""
 
-    def __init__(self, app: ASGIApp, *, routes: Sequence[tuple[BaseRoute, Shortcut]]) -> None:
-        self.app, self.routes = app, list(routes)
-
-    def matched(self, scope: Scope) -> tuple[Shortcut, Scope] | None:
-        """The shortcut of the route ``scope`` asks for, with the route's child scope (its
-        path's parameters); None where it asks for another."""
-        for route, shortcut in self.routes:
-            match, child = route.matches(scope)
-            if match is Match.FULL:
-                return shortcut, child
-        return None
+    def __init__(self, app: ASGIApp, *,
+                 shortcuts: Mapping[Callable[..., Any], Shortcut]) -> None:
+        self.app, self.shortcuts = app, dict(shortcuts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = self.matched(scope) if scope["type"] == "http" and \
-            scope["method"] in ("POST", "PUT") else None
-        if found is None:
+        endpoint = scope.get("endpoint") if scope["type"] == "http" else None
+        shortcut = self.shortcuts.get(endpoint) if endpoint is not None else None
+        if shortcut is None:
             await self.app(scope, receive, send)
             return
-        shortcut, child = found
         chunks = []
         while True:
             message = await receive()
@@ -81,7 +72,7 @@ class Shortcuts:
             return
         engine: Engine = scope["app"].state.services.engine
         try:
-            result = await shortcut.call(engine, child["path_params"]["switch"], parsed)
+            result = await shortcut.call(engine, scope["path_params"]["switch"], parsed)
         except ANSWERED as exc:
             await error_response(exc)(scope, receive, send)
             return
