@@ -120,6 +120,8 @@ FIGURES = (
         ("ratio_p50", "driver / raw socket round trip, p50", TIMES, "lower",
          Target("<=", 1.3, stretch=1.15)),
         ("ratio_p99", "driver / raw socket round trip, p99", TIMES, "lower"),
+        ("floor_ratio_p50", "bare event-loop client / raw socket, p50", TIMES, "lower"),
+        ("driver_floor_ratio_p50", "driver / bare event-loop client, p50", TIMES, "lower"),
         ("raw_p50_us", "raw socket connect round trip, p50", "µs", "lower"),
         ("raw_p99_us", "raw socket connect round trip, p99", "µs", "lower"),
         ("driver_p50_us", "driver connect round trip, p50", "µs", "lower"),

@@ -6,7 +6,11 @@ interleaved in one run:
 
 1. the round-trip time of a one-pair connect through the labd driver (``PolatisScpi``) and
    through a minimal blocking raw-socket client sending the very same bytes; p50/p99 of
-   each and their ratio (target: ratio ≤ 1.3 at p50);
+   each and their ratio (target: ratio ≤ 1.3 at p50). Beside them, the floor of any client
+   on an event loop: a bare one on the driver's own loop, the same socket options and
+   kernel stamps, one future per reply and nothing else. What it takes above the raw
+   client is the loop's (a wake-up through epoll and a read, where the blocking client
+   sleeps in its read); what the driver takes above it is labd's;
 2. a full 384-pair map replacement on a 384x384 emulator: labd's own time, i.e. the wall
    time of ``replace()`` minus the time on the wire and in the device: from the command's
    first byte leaving to the kernel's stamp of the reply's arrival (the driver's
@@ -36,6 +40,7 @@ import httpx
 
 from instruments.link import LinkSettings
 from instruments.polatis_scpi import PolatisScpi
+from instruments.transports import wirestamp
 from labd.runtime import run
 from labd.vocabulary import percentile
 
@@ -102,6 +107,49 @@ def raw_round(address: str, count: int) -> list[float]:
     return samples
 
 
+async def floor_round(address: str, count: int) -> list[float]:
+    """The bare event-loop client: the same bytes, socket options and kernel stamps as the
+    driver's transport, each reply read when the loop says the socket is readable and
+    handed to the waiting coroutine through one future; no timeout, no parsing, no layers.
+    """
+    host, port = address.removeprefix("tcp://").split(":")
+    loop = asyncio.get_running_loop()
+    sock = socket.create_connection((host, int(port)))
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    wirestamp.enable(sock)
+    into = memoryview(bytearray(4096))
+    reply = bytearray()
+    waiting: list[asyncio.Future[bytes]] = []
+
+    def readable() -> None:
+        count, _, _, _ = sock.recvmsg_into([into], wirestamp.ANCILLARY_SIZE)
+        reply.extend(into[:count])
+        if reply.endswith(b"\n") and waiting:
+            waiting.pop().set_result(bytes(reply))
+            reply.clear()
+
+    async def exchange(message: bytes) -> bytes:
+        future: asyncio.Future[bytes] = loop.create_future()
+        waiting.append(future)
+        sock.send(message)
+        return await future
+
+    loop.add_reader(sock.fileno(), readable)
+    samples = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter_ns()
+            answer = await exchange(CONNECT)
+            samples.append((time.perf_counter_ns() - start) / 1e3)
+            assert answer.startswith(b"1;0,"), answer
+            await exchange(DISCONNECT)
+    finally:
+        loop.remove_reader(sock.fileno())
+        sock.close()
+    return samples
+
+
 async def driver_round(switch: PolatisScpi, count: int) -> list[float]:
     samples = []
     for _ in range(count):
@@ -156,13 +204,16 @@ async def main() -> None:
             await small.open()
             await big.open()
             raw: list[float] = []
+            floor: list[float] = []
             labd: list[float] = []
-            # Warm both paths, then interleave rounds so drift hits both alike.
+            # Warm the three paths, then interleave rounds so drift hits them alike.
             await driver_round(small, 50)
+            await floor_round(endpoints["small"], 50)
             await asyncio.to_thread(raw_round, endpoints["small"], 50)
             for _ in range(args.rounds):
                 labd += await driver_round(small, args.per_round)
                 raw += raw_round(endpoints["small"], args.per_round)
+                floor += await floor_round(endpoints["small"], args.per_round)
             full = await replacements(big, control, args.replacements)
             await small.close()
             await big.close()
@@ -173,11 +224,15 @@ async def main() -> None:
     print(f"One-pair connect round trip against a zero-latency Polatis SCPI emulator "
           f"({len(labd)} samples each, interleaved), microseconds:")
     print(f"  {'client':<28}{'p50':>10}{'p99':>10}")
-    for name, values in (("raw socket (same bytes)", raw), ("labd PolatisScpi driver", labd)):
+    for name, values in (("raw socket (same bytes)", raw), ("bare event-loop client", floor),
+                         ("labd PolatisScpi driver", labd)):
         print(f"  {name:<28}{percentile(values, 50):>10.1f}{percentile(values, 99):>10.1f}")
-    r50 = percentile(labd, 50) / percentile(raw, 50)
-    r99 = percentile(labd, 99) / percentile(raw, 99)
-    print(f"  {'ratio labd / raw':<28}{r50:>10.2f}{r99:>10.2f}   (target ≤ 1.30 at p50)")
+    for name, over, under in (("ratio labd / raw", labd, raw),
+                              ("ratio bare loop / raw", floor, raw),
+                              ("ratio labd / bare loop", labd, floor)):
+        print(f"  {name:<28}{percentile(over, 50) / percentile(under, 50):>10.2f}"
+              f"{percentile(over, 99) / percentile(under, 99):>10.2f}"
+              + ("   (target ≤ 1.30 at p50)" if over is labd and under is raw else ""))
     print(f"\nFull 384-pair map replacement on a 384x384 emulator ({len(full)} runs), ms:")
     print(f"  {'':<28}{'p50':>10}{'p99':>10}{'max':>10}")
     for i, name in enumerate(("wall time of replace()", "labd own (wall - wire)",
@@ -187,11 +242,11 @@ async def main() -> None:
               f"{max(values):>10.2f}" + ("   (target < 2 ms at p50)" if i == 1 else ""))
     print(f"\n(cpu count {os.cpu_count()}, python {sys.version.split()[0]})")
     if args.json is not None:
-        args.json.write_text(json.dumps(figures(raw, labd, full), indent=1) + "\n")
+        args.json.write_text(json.dumps(figures(raw, floor, labd, full), indent=1) + "\n")
 
 
-def figures(raw: list[float], labd: list[float], full: list[tuple[float, float, float, float]]
-            ) -> dict[str, float]:
+def figures(raw: list[float], floor: list[float], labd: list[float],
+            full: list[tuple[float, float, float, float]]) -> dict[str, float]:
     """The printed figures by name, for --json: µs for the round trips, ms for replace()."""
     wall, own, wire, settle = ([row[i] for row in full] for i in range(4))
     return {
@@ -199,6 +254,9 @@ def figures(raw: list[float], labd: list[float], full: list[tuple[float, float, 
         "driver_p50_us": percentile(labd, 50), "driver_p99_us": percentile(labd, 99),
         "ratio_p50": percentile(labd, 50) / percentile(raw, 50),
         "ratio_p99": percentile(labd, 99) / percentile(raw, 99),
+        "floor_p50_us": percentile(floor, 50), "floor_p99_us": percentile(floor, 99),
+        "floor_ratio_p50": percentile(floor, 50) / percentile(raw, 50),
+        "driver_floor_ratio_p50": percentile(labd, 50) / percentile(floor, 50),
         "replace_wall_p50_ms": percentile(wall, 50), "replace_wall_p99_ms": percentile(wall, 99),
         "replace_own_p50_ms": percentile(own, 50), "replace_own_p99_ms": percentile(own, 99),
         "replace_wire_p50_ms": percentile(wire, 50),

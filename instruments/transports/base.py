@@ -12,6 +12,9 @@ from instruments.errors import InstrumentClosed, InstrumentTimeout, ProtocolErro
 
 #: Replies of a 384-port switch map are a few kB; a logging block of a meter can be MBs.
 BUFFER_LIMIT = 16 * 1024 * 1024
+#: How early a read's timeout may end it: the event loop's timers and clock count whole
+#: milliseconds (uvloop's do).
+_EARLY_S = 0.001
 
 
 class Transport(Protocol):
@@ -52,6 +55,10 @@ class ReceiveBuffer:
         self._want_count = 0
         self._overflow = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadline = 0.0
+        """When the waiting read gives up (the loop's clock)."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self.fed_ns = 0
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
@@ -103,17 +110,36 @@ class ReceiveBuffer:
             loop = self._loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self._waiter = waiter
-        timer = loop.call_later(timeout, _expire, waiter)
+        deadline = self._deadline = loop.time() + timeout
+        # One timer serves many reads: armed only where none is due by this read's
+        # deadline, and when it fires it ends the read waiting then if that read is due,
+        # else it is armed again for it. A timer made and cancelled for every read was
+        # on the path of every round trip, for a timeout that almost never comes.
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._timer_at = loop.call_at(deadline, self._expire), deadline
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
         self._raise_overflow()
         if not self._satisfied():
             if self._eof:
                 raise self._closed_error()
             raise InstrumentTimeout(f"no {what} within {timeout:g} s")
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter, loop = self._waiter, self._loop
+        if waiter is None or waiter.done() or loop is None:
+            return  # no read waits: no timer until the next one does
+        # Within the loop clock's millisecond (a timer may fire that much early by it).
+        if loop.time() + _EARLY_S >= self._deadline:
+            waiter.set_result(None)
+        else:
+            self._timer, self._timer_at = loop.call_at(self._deadline, self._expire), \
+                self._deadline
 
     def _raise_overflow(self) -> None:
         if self._overflow:
@@ -161,11 +187,6 @@ class ReceiveBuffer:
         self._data.clear()
         self._overflow = False
         return stale
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class BufferedTransport:

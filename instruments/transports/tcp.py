@@ -90,7 +90,15 @@ class TcpTransport(BufferedTransport):
         if sock is None or sock.fileno() < 0:
             raise InstrumentClosed(f"{self.address} is not open")
         try:
-            await self._loop.sock_sendall(sock, data)
+            # A command fits the socket's send buffer: sent here and now, without the
+            # loop's coroutine around it (on the path of every round trip); only what the
+            # kernel did not take waits for the socket to drain.
+            try:
+                sent = sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            if sent < len(data):
+                await self._loop.sock_sendall(sock, memoryview(data)[sent:])
         except OSError as exc:
             raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
 

@@ -4,15 +4,18 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
 
 from emulators import EmulatedLab
+from instruments.address import parse_address
 from instruments.errors import ConnectError, InstrumentTimeout
 from instruments.link import Link, LinkSettings
 from instruments.polatis_scpi import PolatisScpi
 from instruments.transports import wirestamp
+from instruments.transports.base import ReceiveBuffer
 
 
 async def test_visa_socket_transport_drives_a_switch(lab: EmulatedLab) -> None:
@@ -160,3 +163,54 @@ def test_the_clocks_offset_is_kept_and_measured_again_after_a_step(
     monkeypatch.setattr(wirestamp.time, "time_ns", lambda: real() + 1_000_000_000)
     stepped, _ = wirestamp.clock_offset()
     assert abs(stepped - (first - 1_000_000_000)) < wirestamp.STEP_NS
+
+
+
+def _waiting_read(buffer: ReceiveBuffer, timeout: float) -> Coroutine[Any, Any, bytes]:
+    """A line read, stepped by hand until it waits for bytes (it has armed its timeout)."""
+    read = buffer.read_until(b"\n", timeout)
+    read.send(None)
+    return read
+
+
+def _finish(read: Coroutine[Any, Any, bytes]) -> bytes:
+    with pytest.raises(StopIteration) as done:
+        read.send(None)
+    value: bytes = done.value.value
+    return value
+
+
+async def test_a_read_after_a_longer_one_still_times_out_on_its_own_deadline() -> None:
+    # The receive buffer keeps one timer for many reads: a read whose deadline comes
+    # before the timer's must have it moved, or it waits for the longer read's timeout.
+    buffer = ReceiveBuffer(parse_address("tcp://127.0.0.1:5025"))
+    first = _waiting_read(buffer, 60)
+    buffer.feed(b"one\n")
+    assert _finish(first) == b"one\n"
+    with pytest.raises(InstrumentTimeout, match=r"within 0\.05 s"):
+        async with asyncio.timeout(5):
+            await buffer.read_until(b"\n", 0.05)
+
+
+async def test_an_earlier_reads_timer_does_not_end_a_later_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = ReceiveBuffer(parse_address("tcp://127.0.0.1:5025"))
+    fired = asyncio.Event()
+    expire = buffer._expire
+
+    def expired() -> None:
+        expire()
+        fired.set()
+
+    monkeypatch.setattr(buffer, "_expire", expired)
+    first = _waiting_read(buffer, 0.05)
+    buffer.feed(b"one\n")
+    assert _finish(first) == b"one\n"
+    second = asyncio.create_task(buffer.read_until(b"\n", 60))
+    # The first read's timer fires while the second waits: armed again, for the second.
+    async with asyncio.timeout(5):
+        await fired.wait()
+    assert not second.done()
+    assert buffer._timer is not None and buffer._timer_at == buffer._deadline
+    buffer.feed(b"two\n")
+    assert await second == b"two\n"
