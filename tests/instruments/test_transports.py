@@ -165,7 +165,6 @@ def test_the_clocks_offset_is_kept_and_measured_again_after_a_step(
     assert abs(stepped - (first - 1_000_000_000)) < wirestamp.STEP_NS
 
 
-
 def _waiting_read(buffer: ReceiveBuffer, timeout: float) -> Coroutine[Any, Any, bytes]:
     """A line read, stepped by hand until it waits for bytes (it has armed its timeout)."""
     read = buffer.read_until(b"\n", timeout)
