@@ -61,7 +61,8 @@ class PolatisScpi(OpticalSwitch):
 
     @staticmethod
     def _lists(pairs: list[Pair]) -> str:
-        return f"{scpi.channel_list(a for a, _ in pairs)},{scpi.channel_list(b for _, b in pairs)}"
+        return (f"{scpi.channel_list([a for a, _ in pairs])},"
+                f"{scpi.channel_list([b for _, b in pairs])}")
 
     async def _connect(self, link: Link, pairs: list[Pair]) -> None:
         await scpi.command_checked(link, f":OXC:SWIT:CONN:ADD {self._lists(pairs)}")

@@ -24,7 +24,7 @@ _LIST = re.compile(r"\(@([^)]*)\)")
 
 def channel_list(ports: Iterable[int]) -> str:
     """``[1, 2, 3]`` → ``(@1,2,3)``; an empty iterable gives the legal empty list ``(@)``."""
-    return "(@" + ",".join(str(p) for p in ports) + ")"
+    return "(@" + ",".join([str(p) for p in ports]) + ")"
 
 
 def parse_channel_lists(text: str, *, command: str = "", instrument: str | None = None,
@@ -95,7 +95,12 @@ def parse_error(text: str, *, command: str = ":SYST:ERR?",
 def split_answers(line: str) -> list[str]:
     """Split an IEEE 488.2 joined answer on ``;`` outside double quotes."""
     parts = line.split(";")
-    if '"' not in line or all(part.count('"') % 2 == 0 for part in parts):
+    if '"' not in line:
+        return parts
+    for part in parts:  # (a loop, not all() over a generator: on every reply)
+        if part.count('"') % 2:
+            break
+    else:
         return parts  # no ``;`` inside a quoted string: the plain split is the answer
     parts = []
     current: list[str] = []

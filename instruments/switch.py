@@ -147,7 +147,9 @@ class OpticalSwitch(Instrument):
     def normalise_pairs(self, pairs: Iterable[Pair] | Mapping[int, int]) -> list[Pair]:
         """Check every port and put each pair in canonical order; a port may appear once."""
         info = self._require_info()
-        items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
+        # A list or tuple first: the abstract Mapping check costs more than the rest.
+        items = list(pairs) if isinstance(pairs, (list, tuple)) else \
+            list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
         top, split = info.ports, (0 if self.any_to_any else info.ingress)
         seen: set[int] = set()
         result = []
