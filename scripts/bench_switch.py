@@ -123,7 +123,15 @@ async def floor_round(address: str, count: int) -> list[float]:
     waiting: list[asyncio.Future[bytes]] = []
 
     def readable() -> None:
-        count, _, _, _ = sock.recvmsg_into([into], wirestamp.ANCILLARY_SIZE)
+        try:
+            count, _, _, _ = sock.recvmsg_into([into], wirestamp.ANCILLARY_SIZE)
+        except BlockingIOError:
+            return
+        if not count:  # the emulator went away: fail the exchange, not spin on EOF
+            loop.remove_reader(sock.fileno())
+            if waiting:
+                waiting.pop().set_exception(ConnectionError(f"{address} closed"))
+            return
         reply.extend(into[:count])
         if reply.endswith(b"\n") and waiting:
             waiting.pop().set_result(bytes(reply))
@@ -132,7 +140,8 @@ async def floor_round(address: str, count: int) -> list[float]:
     async def exchange(message: bytes) -> bytes:
         future: asyncio.Future[bytes] = loop.create_future()
         waiting.append(future)
-        sock.send(message)
+        if sock.send(message) != len(message):  # a command's few bytes fit the buffer
+            raise ConnectionError(f"{address} took part of a command")
         return await future
 
     loop.add_reader(sock.fileno(), readable)

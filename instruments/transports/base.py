@@ -59,6 +59,8 @@ class ReceiveBuffer:
         """When the waiting read gives up (the loop's clock)."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        """When the timer is due (the loop's clock), for the next read to tell whether it
+        comes in time for it."""
         self.fed_ns = 0
         """When the latest bytes arrived (CLOCK_MONOTONIC ns): a reply's arrival, before
         the reader that waits for it runs."""
@@ -134,12 +136,20 @@ class ReceiveBuffer:
         waiter, loop = self._waiter, self._loop
         if waiter is None or waiter.done() or loop is None:
             return  # no read waits: no timer until the next one does
-        # Within the loop clock's millisecond (a timer may fire that much early by it).
+        # Within a millisecond: uvloop's timers and clock count whole milliseconds, so a
+        # timer may fire that much before the deadline by the clock (on either loop, a
+        # read's timeout may end it up to that much early).
         if loop.time() + _EARLY_S >= self._deadline:
             waiter.set_result(None)
         else:
             self._timer, self._timer_at = loop.call_at(self._deadline, self._expire), \
                 self._deadline
+
+    def _one_reader(self) -> None:
+        if self._waiter is not None:
+            # The link above serialises reads; a second would take the first's wake-up,
+            # what it waits for and its deadline, and leave it waiting for ever.
+            raise RuntimeError(f"{self.address}: a read while another is waiting")
 
     def _raise_overflow(self) -> None:
         if self._overflow:
@@ -147,6 +157,7 @@ class ReceiveBuffer:
             raise ProtocolError(f"{self.address}: reply longer than {BUFFER_LIMIT} bytes")
 
     async def read_until(self, separator: bytes, timeout: float) -> bytes:
+        self._one_reader()
         self._raise_overflow()
         index = self._data.find(separator)
         if index < 0:
@@ -166,6 +177,7 @@ class ReceiveBuffer:
         return chunk
 
     async def read_exactly(self, count: int, timeout: float) -> bytes:
+        self._one_reader()
         self._raise_overflow()
         if count > BUFFER_LIMIT:
             raise ProtocolError(f"{self.address}: a {count}-byte block is longer than "
@@ -181,6 +193,17 @@ class ReceiveBuffer:
         chunk = bytes(self._data[:count])
         del self._data[:count]
         return chunk
+
+    def close(self) -> None:
+        """The channel is closed here: a read still waiting ends now, closed, and the timer
+        goes with it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            self._eof, self._error = True, "was closed"
+            waiter.set_result(None)
 
     def discard(self) -> bytes:
         stale = bytes(self._data)
@@ -208,6 +231,12 @@ class BufferedTransport:
     @property
     def is_open(self) -> bool:
         return self._buffer is not None
+
+    def _drop_buffer(self) -> None:
+        """Let go of the receive buffer, on close."""
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            buffer.close()
 
     def _require(self) -> ReceiveBuffer:
         if self._buffer is None:

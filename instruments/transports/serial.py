@@ -94,7 +94,8 @@ class SerialTransport(BufferedTransport):
             loop.remove_writer(fd)
 
     async def close(self) -> None:
-        port, self._port, self._buffer = self._port, None, None
+        port, self._port = self._port, None
+        self._drop_buffer()
         if port is not None:
             asyncio.get_running_loop().remove_reader(port.fileno())
             port.close()

@@ -103,7 +103,8 @@ class TcpTransport(BufferedTransport):
             raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
 
     async def close(self) -> None:
-        sock, self._sock, self._buffer = self._sock, None, None
+        sock, self._sock = self._sock, None
+        self._drop_buffer()
         if sock is not None:
             self._stop_reading(sock)
             sock.close()

@@ -11,7 +11,7 @@ import pytest
 
 from emulators import EmulatedLab
 from instruments.address import parse_address
-from instruments.errors import ConnectError, InstrumentTimeout
+from instruments.errors import ConnectError, InstrumentClosed, InstrumentTimeout
 from instruments.link import Link, LinkSettings
 from instruments.polatis_scpi import PolatisScpi
 from instruments.transports import wirestamp
@@ -213,3 +213,30 @@ async def test_an_earlier_reads_timer_does_not_end_a_later_read(
     assert buffer._timer is not None and buffer._timer_at == buffer._deadline
     buffer.feed(b"two\n")
     assert await second == b"two\n"
+
+
+async def test_closing_the_link_ends_a_read_that_waits() -> None:
+    # The read's timer goes with the channel, so the read must not be left to it.
+    listener = socket.create_server(("127.0.0.1", 0))
+    link = Link(f"tcp://127.0.0.1:{listener.getsockname()[1]}", LinkSettings(timeout=60))
+    await link.open()
+    peer, _ = listener.accept()
+    try:
+        read = link.read_line()
+        read.send(None)  # stepped by hand until it waits for the reply
+        await link.close()
+        with pytest.raises(InstrumentClosed, match="was closed"):
+            read.send(None)
+    finally:
+        peer.close()
+        listener.close()
+
+
+async def test_a_second_read_while_one_waits_is_refused_and_the_first_goes_on() -> None:
+    buffer = ReceiveBuffer(parse_address("tcp://127.0.0.1:5025"))
+    first = _waiting_read(buffer, 60)
+    second = buffer.read_until(b"\n", 60)
+    with pytest.raises(RuntimeError, match="while another is waiting"):
+        second.send(None)
+    buffer.feed(b"one\n")
+    assert _finish(first) == b"one\n"
