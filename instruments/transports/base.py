@@ -12,8 +12,8 @@ from instruments.errors import InstrumentClosed, InstrumentTimeout, ProtocolErro
 
 #: Replies of a 384-port switch map are a few kB; a logging block of a meter can be MBs.
 BUFFER_LIMIT = 16 * 1024 * 1024
-#: How early a read's timeout may end it: the event loop's timers and clock count whole
-#: milliseconds (uvloop's do).
+#: How early a read's timeout may end it: uvloop's timers and clock count whole
+#: milliseconds, so its timer may fire that much before the deadline by its clock.
 _EARLY_S = 0.001
 
 
@@ -120,7 +120,7 @@ class ReceiveBuffer:
         if self._timer is None or self._timer_at > deadline:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer, self._timer_at = loop.call_at(deadline, self._expire), deadline
+            self._arm(loop, deadline)
         try:
             await waiter
         finally:
@@ -131,19 +131,18 @@ class ReceiveBuffer:
                 raise self._closed_error()
             raise InstrumentTimeout(f"no {what} within {timeout:g} s")
 
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        self._timer, self._timer_at = loop.call_at(at, self._expire), at
+
     def _expire(self) -> None:
         self._timer = None
         waiter, loop = self._waiter, self._loop
         if waiter is None or waiter.done() or loop is None:
             return  # no read waits: no timer until the next one does
-        # Within a millisecond: uvloop's timers and clock count whole milliseconds, so a
-        # timer may fire that much before the deadline by the clock (on either loop, a
-        # read's timeout may end it up to that much early).
         if loop.time() + _EARLY_S >= self._deadline:
             waiter.set_result(None)
         else:
-            self._timer, self._timer_at = loop.call_at(self._deadline, self._expire), \
-                self._deadline
+            self._arm(loop, self._deadline)
 
     def _one_reader(self) -> None:
         if self._waiter is not None:

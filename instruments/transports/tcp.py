@@ -95,7 +95,7 @@ class TcpTransport(BufferedTransport):
             # kernel did not take waits for the socket to drain.
             try:
                 sent = sock.send(data)
-            except (BlockingIOError, InterruptedError):
+            except BlockingIOError:
                 sent = 0
             if sent < len(data):
                 await self._loop.sock_sendall(sock, memoryview(data)[sent:])

@@ -189,6 +189,7 @@ async def test_a_read_after_a_longer_one_still_times_out_on_its_own_deadline() -
     with pytest.raises(InstrumentTimeout, match=r"within 0\.05 s"):
         async with asyncio.timeout(5):
             await buffer.read_until(b"\n", 0.05)
+    buffer.close()
 
 
 async def test_an_earlier_reads_timer_does_not_end_a_later_read(
@@ -213,6 +214,7 @@ async def test_an_earlier_reads_timer_does_not_end_a_later_read(
     assert buffer._timer is not None and buffer._timer_at == buffer._deadline
     buffer.feed(b"two\n")
     assert await second == b"two\n"
+    buffer.close()
 
 
 async def test_closing_the_link_ends_a_read_that_waits() -> None:
@@ -240,3 +242,4 @@ async def test_a_second_read_while_one_waits_is_refused_and_the_first_goes_on() 
         second.send(None)
     buffer.feed(b"one\n")
     assert _finish(first) == b"one\n"
+    buffer.close()
