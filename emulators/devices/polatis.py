@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,7 +280,9 @@ class PolatisTl1Interface(Interface):
         return [s for s in self.sessions if s.user is not None and s.autonomous_enabled
                 and s.send]
 
-    def _broadcast(self, verb_line: str, lines: list[str], alarm: str = "A") -> None:
+    def _broadcast(self, verb_line: str, lines: Callable[[], list[str]],
+                   alarm: str = "A") -> None:
+        """Report to every listening session; ``lines`` are made only if one listens."""
         atag = self.next_atag()
         if not self._listening():
             return  # no TL1 session takes reports now: nothing to write, nor to schedule
@@ -288,7 +291,7 @@ class PolatisTl1Interface(Interface):
             listening = self._listening()
             if not listening:
                 return
-            block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines,
+            block = autonomous(self.device.options.sid or "( nil )", atag, verb_line, lines(),
                                alarm)
             for session in listening:
                 session.send(block)
@@ -298,19 +301,19 @@ class PolatisTl1Interface(Interface):
         asyncio.get_running_loop().call_soon(deliver)
 
     def _on_change(self, change: Any) -> None:
-        lines = [f"{a},{b}:CONNECTED" for a, b in change.connected]
-        lines += [f"{a},{b}:DISCONNECTED" for a, b in change.disconnected]
-        self._broadcast("REPT EVT PATCH", lines)
+        self._broadcast("REPT EVT PATCH", lambda: [
+            *(f"{a},{b}:CONNECTED" for a, b in change.connected),
+            *(f"{a},{b}:DISCONNECTED" for a, b in change.disconnected)])
 
     def _on_port(self, port: int, state: str) -> None:
         # A port failure raises an alarm and its repair clears it; a shutter closing or
         # opening is no alarm (the clear follows a raise only).
         if state == "F":
             self._alarmed.add(port)
-            self._broadcast("REPT ALM PORT", [f"{port}:CR,PORTFAIL,SA"], alarm="*C")
+            self._broadcast("REPT ALM PORT", lambda: [f"{port}:CR,PORTFAIL,SA"], alarm="*C")
         elif port in self._alarmed:
             self._alarmed.discard(port)
-            self._broadcast("REPT ALM PORT", [f"{port}:CL,PORTFAIL,SA"], alarm="A")
+            self._broadcast("REPT ALM PORT", lambda: [f"{port}:CL,PORTFAIL,SA"], alarm="A")
 
 
 class PolatisTl1Session(Tl1Session):

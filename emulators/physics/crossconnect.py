@@ -233,28 +233,32 @@ class SwitchModel:
     async def change(self, interface: str, op: str, connect: list[Pair],
                      disconnect: list[Pair], arrived_ns: int) -> Change | None:
         """Apply a planned change, wait until the mirrors settle, record the truth."""
-        touched = {p for pair in (*connect, *disconnect) for p in pair}
-        before = {p: self._partner.get(p) for p in touched}
+        partner, connections = self._partner, self.connections
+        before = {p: partner.get(p) for pair in (*connect, *disconnect) for p in pair}
         for lo, hi in disconnect:
-            if self.connections.get(lo) == hi:
-                del self.connections[lo]
-                self._partner.pop(lo, None)
-                self._partner.pop(hi, None)
+            if connections.get(lo) == hi:
+                del connections[lo]
+                partner.pop(lo, None)
+                partner.pop(hi, None)
         for lo, hi in connect:
-            self.connections[lo] = hi
-            self._partner[lo], self._partner[hi] = hi, lo
-        moved = len(set(connect) | set(disconnect))
+            connections[lo] = hi
+            partner[lo], partner[hi] = hi, lo
+        moved = len(connect) + len(disconnect) if not (connect and disconnect) else \
+            len(set(connect) | set(disconnect))
         if not moved:
             return None
         # The mirrors start when the command reached the device, not when this process
         # got round to it: the device keeps its timing model however busy the machine.
         start = arrived_ns
         settled = start + self.timing.sample_ns(moved)
-        for p in touched:
-            after = self._partner.get(p)
-            if after != before[p]:
-                self._history.setdefault(p, deque(maxlen=HISTORY)).append(
-                    Transition(start, settled, before[p], after, self.timing.technology))
+        history, technology = self._history, self.timing.technology
+        for p, old in before.items():
+            new = partner.get(p)
+            if new != old:
+                kept = history.get(p)
+                if kept is None:
+                    kept = history[p] = deque(maxlen=HISTORY)
+                kept.append(Transition(start, settled, old, new, technology))
         self.revision += 1
         self.settled_ns = max(self.settled_ns, settled)
         await sleep_until(settled)

@@ -61,8 +61,21 @@ class _Command:
     handler: Handler
 
 
+#: A message with no quotes whose parentheses are flat, closed and hold no ``;`` (a channel
+#: list's, the common case): every ``;`` in it separates units.
+_PLAIN_MESSAGE = re.compile(r'[^"();]*(?:;[^"();]*|\([^"();]*\)[^"();]*)*', re.ASCII)
+
+
 def split_units(message: str) -> list[str]:
     """Split a program message on ``;`` outside quotes and parentheses."""
+    if _PLAIN_MESSAGE.fullmatch(message):
+        return [u for u in map(str.strip, message.split(";")) if u]
+    return split_units_by_character(message)
+
+
+def split_units_by_character(message: str) -> list[str]:
+    """:func:`split_units` for any message, one character at a time (the reference the
+    quick path of a plain message is tested against)."""
     units: list[str] = []
     current: list[str] = []
     depth, quote = 0, False
@@ -82,6 +95,11 @@ def split_units(message: str) -> list[str]:
     return [u.strip() for u in units if u.strip()]
 
 
+#: A program unit's header resolved: its command and numeric suffixes (None: undefined),
+#: and the path context the next relative header starts from (None: left as it was).
+Resolved = tuple[tuple[_Command, tuple[int, ...]] | None, tuple[str, ...] | None]
+
+
 class ScpiEngine:
     """A command table plus the per-session parse state lives in :class:`ScpiSessionState`."""
 
@@ -89,27 +107,47 @@ class ScpiEngine:
         self._commands: list[_Command] = []
         # Header → command, remembered: a reply is not sent before its program message's
         # last query is found, so a scan of the table per query would be device time.
-        self._found: dict[tuple[tuple[str, ...], bool], tuple[_Command, list[int]] | None] = {}
+        self._resolved: dict[tuple[str, tuple[str, ...] | None], Resolved] = {}
 
     def register(self, pattern: str, handler: Handler) -> None:
         """``pattern`` like ``:OXC:SWITch:CONNect:STATe?``; lower-case letters are the part a
         client may leave out. Handlers take ``(args: str, suffixes: list[int])``."""
         query = pattern.endswith("?")
         self._commands.append(_Command(_nodes(pattern), query, handler))
-        self._found.clear()
+        self._resolved.clear()
 
-    def find(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
-        key = (tuple(tokens), query)
-        if sum(map(len, tokens)) > _HEADER_CACHED:
-            return self._lookup(tokens, query)
-        if key not in self._found:
-            if len(self._found) >= _FOUND_LIMIT:  # a client sending endless new headers
-                self._found.clear()
-            self._found[key] = self._lookup(tokens, query)
-        found = self._found[key]
-        return None if found is None else (found[0], list(found[1]))
+    def resolve(self, header: str, first: bool, context: tuple[str, ...]) -> Resolved:
+        """The command a unit's ``header`` names, the message's ``first`` unit or one after
+        it (whose relative header is read under ``context``, the previous one's parent)."""
+        relative = not first and not header.startswith((":", "*"))
+        key = (header, context if relative else None)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolve(header, relative, context)
+            if len(header) + sum(map(len, key[1] or ())) <= _HEADER_CACHED:
+                if len(self._resolved) >= _FOUND_LIMIT:  # a client sending endless new headers
+                    self._resolved.clear()
+                self._resolved[key] = found
+        return found
 
-    def _lookup(self, tokens: list[str], query: bool) -> tuple[_Command, list[int]] | None:
+    def _resolve(self, header: str, relative: bool, context: tuple[str, ...]) -> Resolved:
+        query = header.endswith("?")
+        header = header.rstrip("?")
+        if header.startswith("*"):
+            candidates = [[header]]
+        elif not relative:
+            candidates = [header.lstrip(":").split(":")]
+        else:
+            # Relative header: resolved under the previous command's parent node.
+            rel = header.split(":")
+            candidates = [[*context, *rel], rel] if context else [rel]
+        for tokens in candidates:
+            found = self._lookup(tokens, query)
+            if found:
+                return found, None if header.startswith("*") else tuple(tokens[:-1])
+        return None, None
+
+    def _lookup(self, tokens: list[str], query: bool) -> tuple[_Command, tuple[int, ...]] | None:
         parsed = []
         for token in tokens:
             match = _MNEMONIC.match(token)
@@ -121,7 +159,7 @@ class ScpiEngine:
                 continue
             if all(node.matches(tok) for node, (tok, _) in zip(command.nodes, parsed,
                                                                 strict=True)):
-                return command, [n for _, n in parsed]
+                return command, tuple(n for _, n in parsed)
         return None
 
 
@@ -134,6 +172,7 @@ class ScpiSessionState:
         self.errors: deque[tuple[int, str]] = deque()
         self.error_format = error_format
         self.joined_replies = joined_replies
+        self._no_error = ("", "")  # (the format it was made with, the entry)
 
     def push_error(self, code: int, text: str) -> None:
         if len(self.errors) >= QUEUE_LENGTH:
@@ -142,8 +181,11 @@ class ScpiSessionState:
         self.errors.append((code, text))
 
     def pop_error(self) -> str:
-        code, text = self.errors.popleft() if self.errors else (0, "No error")
-        return self.format_error(code, text)
+        if not self.errors:  # the answer to nearly every command: formatted once
+            if self._no_error[0] != self.error_format:
+                self._no_error = (self.error_format, self.format_error(0, "No error"))
+            return self._no_error[1]
+        return self.format_error(*self.errors.popleft())
 
     def format_error(self, code: int, text: str) -> str:
         return self.error_format.format(code=code, text=text, signed=f"{code:+d}")
@@ -151,33 +193,22 @@ class ScpiSessionState:
     async def execute(self, message: str) -> list[str | bytes]:
         """Run every unit of a program message; return the answers of its queries."""
         answers: list[str | bytes] = []
-        context: list[str] = []
-        for index, unit in enumerate(split_units(message)):
+        context: tuple[str, ...] = ()
+        first = True
+        for unit in split_units(message):
             header, _, args = unit.partition(" ")
-            query = header.endswith("?")
-            header = header.rstrip("?")
-            if header.startswith("*"):
-                candidates = [[header]]
-            elif header.startswith(":") or index == 0:
-                candidates = [header.lstrip(":").split(":")]
-            else:
-                # Relative header: resolved under the previous command's parent node.
-                rel = header.split(":")
-                candidates = [context + rel, rel] if context else [rel]
-            found = None
-            for tokens in candidates:
-                found = self.engine.find(tokens, query)
-                if found:
-                    if not header.startswith("*"):
-                        context = tokens[:-1]
-                    break
+            found, after = self.engine.resolve(header, first, context)
+            first = False
             if found is None:
                 self.push_error(-113, "Undefined header")
                 continue
+            if after is not None:
+                context = after
             command, suffixes = found
             try:
-                result = command.handler(args.strip(), suffixes)
-                if inspect.isawaitable(result):
+                result = command.handler(args.strip(), list(suffixes))
+                if result is not None and not isinstance(result, str) and \
+                        inspect.isawaitable(result):
                     result = await result
             except ScpiError as exc:
                 self.push_error(exc.code, exc.text)
@@ -188,7 +219,7 @@ class ScpiSessionState:
                 log.warning("SCPI %s failed: %s: %s", _quote(unit), type(exc).__name__, exc)
                 self.push_error(-300, "Device-specific error; command not executed")
                 continue
-            if query:
+            if command.query:
                 answers.append(result if isinstance(result, bytes) else
                                "" if result is None else str(result))
         return answers
@@ -206,6 +237,20 @@ class ScpiSessionState:
 
 
 _PLAIN_LIST = re.compile(r"\s*\d{1,9}\s*(?:,\s*\d{1,9}\s*)*", re.ASCII)
+_LIST = re.compile(r"\s*\(@([^)]*)\)\s*(,|$)")
+#: Lists as a driver writes them, no spaces and no ranges: read without a loop per list.
+_TIGHT_LISTS = re.compile(r"\(@(?:\d{1,9}(?:,\d{1,9})*)?\)(?:,\(@(?:\d{1,9}(?:,\d{1,9})*)?\))*",
+                          re.ASCII)
+
+
+def _checked(ports: list[int], limit: int) -> list[int]:
+    """A list of plain port numbers (each at most nine digits), checked against the size."""
+    if len(ports) > limit:
+        raise ScpiError(-224, f"Illegal parameter value; more than {limit} ports in one list")
+    if ports and (min(ports) < 1 or max(ports) > limit):
+        end = next(p for p in ports if not 1 <= p <= limit)
+        raise ScpiError(-222, f"Data out of range; port {end} out of range 1..{limit}")
+    return ports
 
 
 def parse_lists(args: str, limit: int) -> list[list[int]]:
@@ -217,11 +262,20 @@ def parse_lists(args: str, limit: int) -> list[list[int]]:
     text = args.strip()
     if not text:
         raise ScpiError(-109, "Missing parameter")
+    if _TIGHT_LISTS.fullmatch(text):
+        return [_checked(list(map(int, body.split(","))) if body else [], limit)
+                for body in text[2:-1].split("),(@")]
+    return parse_lists_by_list(text, limit)
+
+
+def parse_lists_by_list(text: str, limit: int) -> list[list[int]]:
+    """:func:`parse_lists` of any non-empty stripped text, one list at a time, spaces and
+    ranges allowed (the reference the quick path of a driver's tight lists is tested
+    against)."""
     lists = []
     pos = 0
-    pattern = re.compile(r"\s*\(@([^)]*)\)\s*(,|$)")
     while pos < len(text):
-        match = pattern.match(text, pos)
+        match = _LIST.match(text, pos)
         if not match:
             raise ScpiError(-104, "Data type error; expected a channel list (@...)")
         body = match.group(1).strip()
@@ -229,14 +283,7 @@ def parse_lists(args: str, limit: int) -> list[list[int]]:
         if body and _PLAIN_LIST.fullmatch(body):
             # The common case, a list of plain port numbers (a whole map is 768 of them):
             # each is at most nine digits, so converting costs nothing unbounded.
-            ports = list(map(int, body.split(",")))
-            if len(ports) > limit:
-                raise ScpiError(-224, f"Illegal parameter value; more than {limit} ports in "
-                                "one list")
-            if min(ports) < 1 or max(ports) > limit:
-                end = next(p for p in ports if not 1 <= p <= limit)
-                raise ScpiError(-222, f"Data out of range; port {end} out of range "
-                                f"1..{limit}")
+            ports = _checked(list(map(int, body.split(","))), limit)
         elif body:
             for item in body.split(","):
                 lo, colon, hi = item.partition(":")
