@@ -72,6 +72,13 @@ class Result:
                 "disconnected": [list(p) for p in self.disconnected], "phases": self.phases}
 
 
+def _replacing(intended: Mapping[int, int], target: Mapping[int, int]
+               ) -> tuple[list[Pair], list[Pair]]:
+    """(pairs to make, pairs to break) to go from ``intended`` to ``target``, both canonical."""
+    return (sorted((a, b) for a, b in target.items() if intended.get(a) != b),
+            sorted((a, b) for a, b in intended.items() if target.get(a) != b))
+
+
 class Leadership(Protocol):
     """Whether this daemon leads its lab now (labd.ha: a lease held and renewed in time),
     and the refusal to give a request while it does not."""
@@ -96,6 +103,7 @@ class Engine:
         self.light_resolution_s = light_resolution_s
         self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
         self.reservations = Reservations()
+        self._wholes: dict[str, frozenset[tuple[str, int]]] = {}
         self.leadership: Leadership | None = None
         """Set where several daemons share the lab (``--ha``): no command goes to a switch
         unless this daemon leads, checked as the request arrives and again just before the
@@ -137,6 +145,13 @@ class Engine:
         except InvalidRequest as exc:
             raise RequestError(exc.message) from None
 
+    def _whole(self, name: str, ports: int) -> frozenset[tuple[str, int]]:
+        """The reservation keys of every port of a switch, made once per switch and size."""
+        keys = self._wholes.get(name)
+        if keys is None or len(keys) != ports:
+            keys = self._wholes[name] = frozenset((name, p) for p in range(1, ports + 1))
+        return keys
+
     def _port(self, switch: OpticalSwitch, port: int) -> int:
         try:
             return switch.check_port(port)
@@ -151,12 +166,9 @@ class Engine:
         wrong, before anything is touched."""
         switch = self.switch(name)
         intended = self.intended[name] if current is None else current
-        partner = {**intended, **{b: a for a, b in intended.items()}}
         if replace is not None:
-            target = dict(self._pairs(switch, replace.items()))
-            make = sorted((a, b) for a, b in target.items() if intended.get(a) != b)
-            brk = sorted((a, b) for a, b in intended.items() if target.get(a) != b)
-            return make, brk
+            return _replacing(intended, dict(self._pairs(switch, replace.items())))
+        partner = {**intended, **{b: a for a, b in intended.items()}}
         make = []
         for a, b in self._pairs(switch, connect):
             if intended.get(a) == b:
@@ -169,6 +181,14 @@ class Engine:
         brk = sorted({(min(p, partner[p]), max(p, partner[p]))
                       for p in (self._port(switch, q) for q in disconnect) if p in partner})
         return make, brk
+
+    def _plan(self, name: str, connect: Iterable[Pair], disconnect: Iterable[int],
+              target: dict[int, int] | None, current: Mapping[int, int] | None,
+              ) -> tuple[list[Pair], list[Pair]]:
+        """:meth:`plan`, with a whole-map ``target`` already checked and canonical."""
+        if target is not None:
+            return _replacing(self.intended[name] if current is None else current, target)
+        return self.plan(name, connect=connect, disconnect=disconnect)
 
     async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
                           disconnect: Iterable[int] = (),
@@ -186,15 +206,18 @@ class Engine:
         switch = self.online(name)
         assert switch.info is not None
         current = dict(switch.expected) if from_device and replace is not None else None
-        make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace,
-                              current=current)
+        if replace is not None:
+            # Checked and put in canonical order once: the plans below, the driver's command
+            # and the intended state that follows all read the same target.
+            replace = dict(self._pairs(switch, replace.items()))
+        make, brk = self._plan(name, connect, disconnect, replace, current)
         # A whole-map replacement holds the whole switch; anything else, its ports (and, for
         # light verification, the meter channels on its paths).
-        ports = (range(1, switch.info.ports + 1) if replace is not None
-                 else {p for pair in (*make, *brk) for p in pair})
-        keys: set[tuple[str, int]] = {(name, p) for p in ports}
+        keys = (self._whole(name, switch.info.ports) if replace is not None else
+                frozenset((name, p) for pair in (*make, *brk) for p in pair))
         watches = self._paths_for(name, make, brk) if verify_light else {}
-        keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
+        if watches:
+            keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
         phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
                                          "activated": None, "acknowledged": None,
                                          "light": None, "done": None}
@@ -206,8 +229,7 @@ class Engine:
                 # What the switch holds and what is intended, as they are now that the
                 # switch is ours: a request that went ahead of the restore stands.
                 current, replace = dict(switch.expected), dict(self.intended[name])
-            make, brk = self.plan(name, connect=connect, disconnect=disconnect, replace=replace,
-                                  current=current)
+            make, brk = self._plan(name, connect, disconnect, replace, current)
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
@@ -267,13 +289,13 @@ class Engine:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
-            if outcome != "failed":
+            if outcome != "failed" and replace is not None:
+                self.intended[name] = dict(replace)
+            elif outcome != "failed":
                 updated = dict(self.intended[name])
                 for a, _ in brk:
                     updated.pop(a, None)
                 updated.update(make)
-                if replace is not None:
-                    updated = dict(self._pairs(switch, replace.items()))
                 self.intended[name] = updated
             try:
                 row_id = await self.store.record(ReconfigurationRecord(

@@ -15,12 +15,13 @@ class Reservations:
 
     def hold(self, keys: Iterable[Hashable]) -> Hold:
         """``async with reservations.hold(keys):`` the keys are this request's alone."""
-        return Hold(self, set(keys))
+        # A frozenset of one is the set itself: a switch's whole-map keys are not copied.
+        return Hold(self, frozenset(keys))
 
     def busy(self, keys: Iterable[Hashable]) -> bool:
         return bool(set(keys) & self._held)
 
-    def _release(self, keys: set[Hashable]) -> None:
+    def _release(self, keys: frozenset[Hashable]) -> None:
         self._held -= keys
         # Every waiter looks again: one may now find all its keys free.
         waiting, self._waiting = self._waiting, []
@@ -36,7 +37,7 @@ class Hold:
 
     __slots__ = ("keys", "owner")
 
-    def __init__(self, owner: Reservations, keys: set[Hashable]) -> None:
+    def __init__(self, owner: Reservations, keys: frozenset[Hashable]) -> None:
         self.owner, self.keys = owner, keys
 
     async def __aenter__(self) -> None:
