@@ -51,16 +51,15 @@ def test_tight_channel_lists_read_as_list_by_list(text: str, limit: int) -> None
 
 
 def _session() -> ScpiDeviceSession:
-    values = {"VOLT": "1", "CURR": "2"}
-    table = {
+    """A small instrument: a source with numeric suffixes, a setting, the error queue."""
+    volts = ["1"]
+    session = ScpiDeviceSession({
         "*OPC?": lambda a, s: "1",
-        ":SOURce#:VOLTage?": lambda a, s: f"{values['VOLT']}@{s}",
-        ":SOURce#:VOLTage": lambda a, s: values.__setitem__("VOLT", a),
-        ":SOURce#:CURRent?": lambda a, s: f"{values['CURR']}@{s}",
+        ":SOURce:VOLTage?": lambda a, s: f"{volts[0]}@{s}",
+        ":SOURce:VOLTage": lambda a, s: volts.__setitem__(0, a),
+        ":SOURce:CURRent?": lambda a, s: f"2@{s}",
         ":SYSTem:ERRor?": lambda a, s: session.state.pop_error(),
-    }
-    table = {k.replace("#", ""): v for k, v in table.items()}
-    session = ScpiDeviceSession(table)
+    })
     return session
 
 
