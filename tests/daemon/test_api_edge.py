@@ -652,3 +652,21 @@ async def test_labd_run_refuses_settings_it_cannot_use(tmp_path: Path, args: tup
     assert proc.returncode != 0
     assert words.format(dir=tmp_path) in printed, printed
     assert "Traceback" not in printed
+
+
+async def test_a_request_that_is_not_http_is_the_servers_400_and_documented(
+        start_rig: StartRig) -> None:
+    """Schemathesis's case (negative mode): a ``Transfer-Encoding`` the HTTP server cannot
+    parse is its 400, before labd reads anything; the schema says every operation may give
+    it, so a client generated from the schema expects it."""
+    async with edge(start_rig) as rig:
+        head = ("POST /v1/drills/failover HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+                "transfer-encoding: $4&T3{utn]\r\nContent-Length: 2\r\n\r\n")
+        status, _ = await raw_request(rig.daemon.url, head, b"{}", 0, first=1)
+        assert status == 400
+        async with httpx.AsyncClient(base_url=rig.daemon.url) as http:
+            schema = (await http.get("/openapi.json")).json()
+        operations = [op for item in schema["paths"].values() for op in item.values()]
+        assert operations and all("400" in op["responses"] for op in operations)
+        assert rig.daemon.engine.intended["ocs1"] == {}

@@ -6,7 +6,8 @@ route's (``x-labd-role``: reads ``viewer``, changes ``operator``, jobs and drill
 checked at the edge before the body is read (edge.py); reads may be opened to all. Errors
 are JSON with a ``detail`` that says what was wrong: 401 no key or an unknown one, 403 a
 role too low, 404 unknown switch or port, 409 port busy, 413 body too large, 415 not UTF-8
-JSON, 422 bad body.
+JSON, 422 bad body; a request that is not well-formed HTTP is the HTTP server's 400, in
+plain text.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ EDGE_RESPONSES = {
     "401": {"description": "no bearer token, or one that is not a key of the daemon's"},
     "403": {"description": "the key's role does not grant the route's (x-labd-role)"},
 }
+#: What the HTTP server answers, before labd reads the request, to one that is not HTTP it
+#: can parse (a ``Transfer-Encoding`` it does not know, a header name with a space): any
+#: operation may meet it, and its body is the server's line of plain text.
+MALFORMED = {"400": {"description": "the request is not well-formed HTTP (answered by the "
+                                    "HTTP server, in plain text)",
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}}
 #: labd's errors (errors.py), where an operation may meet them: a thing the lab lacks, a
 #: clash, an instrument that failed or is offline.
 NOT_FOUND = {"404": {"description": "the path names something the lab does not have"}}
@@ -108,6 +115,7 @@ def _openapi(app: FastAPI, open_reads: bool) -> dict[str, Any]:
         for method, operation in item.items():
             role = operation.setdefault("x-labd-role", "viewer")
             responses = operation.setdefault("responses", {})
+            responses.update(MALFORMED)
             if role != "viewer" or not open_reads:
                 operation["security"] = [{"bearer": []}]
                 for code, what in EDGE_RESPONSES.items():
