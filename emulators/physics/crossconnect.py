@@ -243,8 +243,7 @@ class SwitchModel:
         for lo, hi in connect:
             connections[lo] = hi
             partner[lo], partner[hi] = hi, lo
-        moved = len(connect) + len(disconnect) if not (connect and disconnect) else \
-            len(set(connect) | set(disconnect))
+        moved = len(set(connect).union(disconnect))
         if not moved:
             return None
         # The mirrors start when the command reached the device, not when this process

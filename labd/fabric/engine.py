@@ -289,13 +289,14 @@ class Engine:
                 await self._cancel_watches(started)
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
-            if outcome != "failed" and replace is not None:
-                self.intended[name] = dict(replace)
-            elif outcome != "failed":
-                updated = dict(self.intended[name])
-                for a, _ in brk:
-                    updated.pop(a, None)
-                updated.update(make)
+            if outcome != "failed":
+                if replace is not None:
+                    updated = dict(replace)
+                else:
+                    updated = dict(self.intended[name])
+                    for a, _ in brk:
+                        updated.pop(a, None)
+                    updated.update(make)
                 self.intended[name] = updated
             try:
                 row_id = await self.store.record(ReconfigurationRecord(
