@@ -34,6 +34,7 @@ from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
 from labd.daemon.metrics import DaemonMetrics, LagSampler
+from labd.daemon.server import OneWriteProtocol
 from labd.daemon.services import Drills, Services
 from labd.errors import BusError, LabdError, LeaseError
 from labd.events import EventHub
@@ -448,9 +449,9 @@ class Daemon:
         self.url = f"{'https' if api.tls else 'http'}://{host}:{port}"
         # log_config None: uvicorn's lines go through labd's handlers (labd.logs), not
         # handlers of its own that would bypass their format and their redaction.
-        config = uvicorn.Config(create_app(self.services), log_level="warning",
-                                log_config=None, lifespan="off", ssl_certfile=api.tls_cert,
-                                ssl_keyfile=api.tls_key)
+        config = uvicorn.Config(create_app(self.services), http=OneWriteProtocol,
+                                log_level="warning", log_config=None, lifespan="off",
+                                ssl_certfile=api.tls_cert, ssl_keyfile=api.tls_key)
         return _Server(config), sock
 
     async def _stop(self, error: BaseException | None) -> None:

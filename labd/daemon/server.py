@@ -1,0 +1,113 @@
+"""The HTTP server's protocol: uvicorn's httptools protocol, with each response's head sent
+in the same write as its body.
+
+uvicorn writes a response's status line and headers as soon as the app sends
+``http.response.start`` and its body at ``http.response.body``: two sends on the socket, so
+two segments on the wire and two wake-ups of a client that reads the head before it asks
+for the body. Every response of labd's API sends both in one go, and the second send was
+about a tenth of the API path's time in the daemon (docs/benchmarks.md). Here the head is
+held until the next write on the connection in the same turn of the event loop, and sent
+with it; a head that no write follows in that turn (a streamed body still being made, a
+``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
+for more than that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["HeadWithBody", "OneWriteProtocol"]
+
+
+class HeadWithBody(asyncio.Transport):
+    """A connection's transport as its protocol writes to it: a response head (a write
+    that starts ``HTTP/`` and ends with the blank line) is held and joined to the next
+    write, or sent alone at the loop's next turn; everything else passes through, in
+    order."""
+
+    def __init__(self, transport: asyncio.Transport,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + bytes(data))
+        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
+            self._held = bytes(data)
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.flush()
+        self._transport.writelines(list_of_data)
+
+    def flush(self) -> None:
+        """Send a held head now (at the loop's next turn, or before the connection ends)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None,
+                                low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held or b"")
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+
+class OneWriteProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol writing through :class:`HeadWithBody` (``http=`` of
+    uvicorn's Config)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.transport = HeadWithBody(transport, self.loop)
