@@ -4,8 +4,9 @@ in the same write as its body.
 uvicorn writes a response's status line and headers as soon as the app sends
 ``http.response.start`` and its body at ``http.response.body``: two sends on the socket, so
 two segments on the wire and two wake-ups of a client that reads the head before it asks
-for the body. Every response of labd's API sends both in one go, and the second send was
-about a tenth of the API path's time in the daemon (docs/benchmarks.md). Here the head is
+for the body. Every response of labd's API sends both in one go, and the two sends were
+about a third of a request's CPU in the server (docs/benchmarks.md, "A response in one
+write"). Here the head is
 held until the next write on the connection in the same turn of the event loop, and sent
 with it; a head that no write follows in that turn (a streamed body still being made, a
 ``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
