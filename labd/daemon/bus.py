@@ -17,8 +17,9 @@ that are worked off in slices of the loop's time, so that a pod's heartbeats nev
 the API or the watchdog; commands run as tasks of their own (at most
 :data:`MAX_COMMANDS` at once; more are refused with an error), so that no agent message
 waits behind a reconfiguration. The bridge also sends itself a probe through the broker
-(``<root>/daemon/probe``) every :data:`PROBE_S`: hearing it back is the watchdog's evidence
-that the daemon hears its hosts in time (labd.hosts.monitor).
+(``<root>/daemon/probe``) every :data:`PROBE_S`, and at once when the watchdog asks (a
+host's time is up): hearing it back is the watchdog's evidence that the daemon hears its
+hosts in time (labd.hosts.monitor).
 
 The bridge reconnects to the broker by itself, with backoff, and republishes its state; an
 error in its own loops restarts them (with an event), never ends them.
@@ -134,6 +135,8 @@ class MqttBridge:
         self.drained.set()
         self._feed: FeedProtocol | None = None
         services.hosts.backlog(lambda: len(self._inbox))
+        self._probe_asked = asyncio.Event()
+        services.hosts.prober(self._probe_asked.set)
         self._commands: set[asyncio.Task[None]] = set()
         self.max_commands = MAX_COMMANDS
         """The most commands from the bus carried out at once."""
@@ -395,15 +398,19 @@ class MqttBridge:
             self._from_host(topic, parts[1], parts[2], payload, retained)
 
     async def _probe(self, client: aiomqtt.Client) -> None:
-        """A word to ourselves through the broker every :data:`PROBE_S`; heard back, it is
-        the watchdog's evidence that what is sent now is read in time."""
+        """A word to ourselves through the broker every :data:`PROBE_S`, or at once when
+        the watchdog asks (a host's time is up); heard back, it is the watchdog's evidence
+        that what is sent now is read in time."""
         while True:
+            self._probe_asked.clear()
             token = secrets.token_hex(8)
             self._probes[token] = time.monotonic_ns()
             while len(self._probes) > 64:  # the answers that never came are forgotten
                 self._probes.popitem(last=False)
             await publish(client, f"{self.prefix}/daemon/probe", token, qos=0)
-            await asyncio.sleep(PROBE_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PROBE_S):
+                    await self._probe_asked.wait()
 
     def _probe_heard(self, payload: bytes) -> None:
         # Only our own, once each: anyone may publish here on an open broker, but only the

@@ -13,6 +13,7 @@ see :meth:`HostMonitor.run`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -166,6 +167,14 @@ class HostMonitor:
         self.probed = False
         """Whether the bridge probes its own path through the broker (:meth:`heard`):
         then silence is judged on that evidence even where no other host speaks."""
+        self._ask_probe: Callable[[], None] | None = None
+        self._asked_ns = 0
+        self._wanted_ns: int | None = None
+        """The send time of evidence hosts wait for (their time was up then): heard, it
+        wakes the watchdog at once, not at its next tick."""
+        self._evidence = asyncio.Event()
+        """When a probe was last asked for: once for each host's time being up, not at
+        every look (a broker that delivers nothing is not probed at the watchdog's tick)."""
         self._gone: deque[int] = deque()
         """When hosts were declared lost by silence lately (the mass rule's memory)."""
 
@@ -184,6 +193,13 @@ class HostMonitor:
         (the bridge's batches): no host is declared lost while any wait."""
         self._backlogs.append(source)
 
+    def prober(self, ask: Callable[[], None]) -> None:
+        """``ask()`` has the bridge probe its path through the broker now, not at its next
+        round: called when a host's time is up and nothing sent since has been read, so the
+        verdict waits a broker's round trip, not a probe period (docs/benchmarks.md,
+        Failover)."""
+        self._ask_probe = ask
+
     def waiting(self) -> int:
         """Agent messages arrived but not yet handled."""
         return sum(source() for source in self._backlogs)
@@ -194,6 +210,9 @@ class HostMonitor:
         self.probed = True
         if sent_ns > self.heard_ns:
             self.heard_ns = sent_ns
+            if self._wanted_ns is not None and sent_ns >= self._wanted_ns:
+                self._wanted_ns = None
+                self._evidence.set()
 
     def select(self, status: str | None = None, after: str | None = None,
                limit: int | None = None) -> Iterator[HostState]:
@@ -394,7 +413,8 @@ class HostMonitor:
         - no host is declared while agent messages that have arrived wait to be handled;
         - a host is declared only once something sent after its time was up has been read
           (another host's heartbeat, or the bridge's probe of its own path through the
-          broker): a broker that delivers late, or not at all, delays every verdict;
+          broker, asked for then: :meth:`prober`), and the watchdog looks again as soon as
+          it is; a broker that delivers late, or not at all, delays every verdict;
         - many hosts going overdue together (:data:`MASS_HOSTS`, :data:`MASS_SHARE`) wait
           for one more interval of such evidence.
 
@@ -411,7 +431,11 @@ class HostMonitor:
             now = time.monotonic_ns()
             wait_s = min(max((wake_ns - now) / 1e9, TICK_S), 1.0)
             planned = now + int(wait_s * 1e9)
-            await asyncio.sleep(wait_s)
+            self._evidence.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._evidence.wait()
+            planned = min(planned, time.monotonic_ns())  # woken early is not late
 
     def _due(self, now: int) -> tuple[list[Overdue], list[Overdue], int]:
         """Online hosts whose time is up: those past their deadline, those past their time
@@ -470,6 +494,16 @@ class HostMonitor:
                     (sure if self.heard_ns >= need else held).append(entry)
                 if len(sure) < len(due):
                     wake = min(wake, soon)
+                    if not mass:
+                        self._wanted_ns = min(base for _, _, base in due
+                                              if self.heard_ns < base)
+                    if (not mass and self._ask_probe is not None
+                            and any(base > self._asked_ns for _, _, base in due
+                                    if self.heard_ns < base)):
+                        # A probe sent now was sent after their time was up: its return is
+                        # the evidence they wait for.
+                        self._asked_ns = now
+                        self._ask_probe()
                     reasons.append(
                         (f"{silent} hosts went silent together; " if mass else "")
                         + "nothing sent since their time was up has been read yet (the "

@@ -260,3 +260,35 @@ async def test_many_hosts_going_silent_together_wait_one_more_interval() -> None
         # silence counted as many, on the ordinary evidence).
         assert sum(checked) >= len(gone) - 8, checked
         assert {h for h, s in monitor.hosts.items() if s.status == "lost"} == gone
+
+
+async def test_a_host_whose_time_is_up_is_judged_on_a_probe_asked_for_then() -> None:
+    """Where the bridge probes its path through the broker, a silent host's verdict waits
+    for a probe sent after its time was up: the watchdog asks for one then, once, rather
+    than waiting for the bridge's next round. No probe answers on its own here: the host
+    is declared lost only on the one asked for."""
+    hub = EventHub()
+    monitor = HostMonitor(hub, ["a"])
+    monitor.heard(0)  # the bridge probes: its probes are the evidence
+    asked: list[int] = []
+
+    def ask() -> None:  # the bridge: the probe leaves now and comes back at the next turn
+        sent = time.monotonic_ns()
+        asked.append(sent)
+        asyncio.get_running_loop().call_soon(monitor.heard, sent)
+
+    monitor.prober(ask)
+    _, sub = hub.subscribe()
+    beat(monitor)
+    watchdog = asyncio.create_task(monitor.run())
+    try:
+        seen = await events_until(sub, lambda e: e.kind == "host.lost")
+        assert seen[-1].data["host"] == "a"
+        # The heartbeat's send time on the daemon's clock, as the watchdog counts from it.
+        deadline = seen[-1].data["last_sent_ns"] + MISSED * INTERVAL_S * 1e9
+        assert len(asked) == 1, asked  # once for this host's time, not at every look
+        assert asked[0] >= deadline and monitor.heard_ns == asked[0]
+    finally:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
