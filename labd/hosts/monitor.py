@@ -169,12 +169,12 @@ class HostMonitor:
         then silence is judged on that evidence even where no other host speaks."""
         self._ask_probe: Callable[[], None] | None = None
         self._asked_ns = 0
-        self._wanted_ns: int | None = None
-        """The send time of evidence hosts wait for (their time was up then): heard, it
-        wakes the watchdog at once, not at its next tick."""
-        self._evidence = asyncio.Event()
         """When a probe was last asked for: once for each host's time being up, not at
         every look (a broker that delivers nothing is not probed at the watchdog's tick)."""
+        self._wanted_ns: int | None = None
+        """The send time of evidence hosts wait for (their time was up then): heard, it
+        wakes the watchdog (``_evidence``) at once, not at its next tick."""
+        self._evidence = asyncio.Event()
         self._gone: deque[int] = deque()
         """When hosts were declared lost by silence lately (the mass rule's memory)."""
 
@@ -495,15 +495,13 @@ class HostMonitor:
                 if len(sure) < len(due):
                     wake = min(wake, soon)
                     if not mass:
-                        self._wanted_ns = min(base for _, _, base in due
-                                              if self.heard_ns < base)
-                    if (not mass and self._ask_probe is not None
-                            and any(base > self._asked_ns for _, _, base in due
-                                    if self.heard_ns < base)):
-                        # A probe sent now was sent after their time was up: its return is
-                        # the evidence they wait for.
-                        self._asked_ns = now
-                        self._ask_probe()
+                        bases = [base for _, _, base in due if self.heard_ns < base]
+                        self._wanted_ns = min(bases)
+                        if self._ask_probe is not None and max(bases) > self._asked_ns:
+                            # A probe sent now was sent after their time was up: its return
+                            # is the evidence they wait for.
+                            self._asked_ns = now
+                            self._ask_probe()
                     reasons.append(
                         (f"{silent} hosts went silent together; " if mass else "")
                         + "nothing sent since their time was up has been read yet (the "

@@ -4,6 +4,7 @@ commands, and bad command payloads."""
 import asyncio
 import json
 import logging
+import time
 
 import aiomqtt
 import httpx
@@ -250,3 +251,37 @@ async def test_agent_messages_never_wait_behind_a_command(start_rig: StartRig) -
         phases = second["phases"]
         during = [b for b in beats if phases["dispatched"] < b < phases["acknowledged"]]
         assert len(during) >= 2, (sorted(beats), phases)
+
+
+async def test_the_bridge_probes_at_once_when_the_watchdog_asks(
+        start_rig: StartRig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A silent host's verdict waits for a probe sent after its time was up (labd.hosts.
+    monitor): asked, the bridge sends one at once, not at its next round (here an hour
+    away), and the watchdog hears it back through the broker."""
+    require_broker()
+    monkeypatch.setattr("labd.daemon.bus.PROBE_S", 3600.0)
+    name = unique_name("probe")
+    bus = BusSettings(MQTT, new_instance())
+    topic = f"{lab_root(name, bus.instance)}/daemon/probe"
+    async with aiomqtt.Client(*BROKER) as watcher:
+        await watcher.subscribe(topic)
+        async with start_rig("probe", switch(technology="ideal"), name=name, mqtt=bus,
+                             token=TOKEN) as rig:
+            first = (await next_message(watcher.messages, topic)).payload  # the session's
+            monitor = rig.daemon.services.hosts
+            heard: list[int] = []
+            back = asyncio.Event()
+
+            def hear(sent_ns: int) -> None:  # the watchdog's, noting what it is told
+                heard.append(sent_ns)
+                back.set()
+
+            monkeypatch.setattr(monitor, "heard", hear)
+            asked = monitor._ask_probe  # what the watchdog calls when a host's time is up
+            assert asked is not None
+            before = time.monotonic_ns()
+            asked()
+            second = (await next_message(watcher.messages, topic)).payload
+            assert second != first
+            await asyncio.wait_for(back.wait(), 10)
+            assert heard[-1] >= before  # sent when asked, and heard back

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from labd.daemon.core import _Server  # the daemon's own: it tells when it listens
 from labd.daemon.server import HeadWithBody, OneWriteProtocol
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
@@ -90,16 +91,6 @@ async def test_an_aborted_connection_drops_its_held_head() -> None:
     assert raw.writes == [] and raw.aborted
 
 
-class Listening(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.listening = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.listening.set()
-
-
 async def read_until(reader: asyncio.StreamReader, marker: bytes) -> bytes:
     return await asyncio.wait_for(reader.readuntil(marker), 10)
 
@@ -117,7 +108,7 @@ async def test_a_slow_body_does_not_hold_back_its_head() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = Listening(uvicorn.Config(app, http=OneWriteProtocol, lifespan="off",
+    server = _Server(uvicorn.Config(app, http=OneWriteProtocol, lifespan="off",
                                       log_config=None, log_level="warning"))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
