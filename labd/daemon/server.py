@@ -6,10 +6,10 @@ uvicorn writes a response's status line and headers as soon as the app sends
 two segments on the wire and two wake-ups of a client that reads the head before it asks
 for the body. Every response of labd's API sends both in one go, and the two sends were
 about a third of a request's CPU in the server (docs/benchmarks.md, "A response in one
-write"). Here the head is
-held until the next write on the connection in the same turn of the event loop, and sent
-with it; a head that no write follows in that turn (a streamed body still being made, a
-``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
+write", which also says what it changed in the API's latency: nothing that shows). Here the
+head is held until the next write on the connection in the same turn of the event loop, and
+sent with it; a head that no write follows in that turn (a streamed body still being made,
+a ``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
 for more than that.
 """
 

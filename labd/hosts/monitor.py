@@ -208,6 +208,11 @@ class HostMonitor:
         """Something sent at ``sent_ns`` (daemon clock) went through the broker and has been
         read: the bridge's probe of its own path, evidence that the daemon hears in time."""
         self.probed = True
+        self._heard_at(sent_ns)
+
+    def _heard_at(self, sent_ns: int) -> None:
+        """Evidence sent at ``sent_ns`` has been read (a probe, or any host's heartbeat):
+        the watchdog is woken at once if hosts wait for evidence that recent."""
         if sent_ns > self.heard_ns:
             self.heard_ns = sent_ns
             if self._wanted_ns is not None and sent_ns >= self._wanted_ns:
@@ -318,8 +323,7 @@ class HostMonitor:
         if state.last_sent_ns is not None:
             # How late this one came (never less than nothing: the offset is a bound).
             state.slow_ns = max(now - state.last_sent_ns, state.slow_ns // 2)
-            if state.last_sent_ns > self.heard_ns:
-                self.heard_ns = min(state.last_sent_ns, now)
+            self._heard_at(min(state.last_sent_ns, now))
         else:
             state.slow_ns //= 2
         state.deaf_mark_ns = self.deaf_ns
