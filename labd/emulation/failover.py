@@ -174,9 +174,43 @@ def _not_running(daemon: Daemon, job: str, last: DrillResult) -> str:
             f"{state.progress})")
 
 
+#: How far above the switch's own time light may reach every new circuit after a failure
+#: report, at p50 (ms): the daemon's share of a recovery.
+ABOVE_SWITCH_MS = 5.0
+#: Stages of a GPU failure and how soon after the injection each must be reached at p50, ms.
+GPU_STAGES_MS = {"reported": 1.0, "detected": 2.0, "first_step": 250.0}
+#: A lost host is detected within this many heartbeat intervals, in every drill.
+LOST_INTERVALS = 1.5
+
+
+def _targets(rows: list[dict[str, Any]], switch_ms: float | None
+             ) -> list[tuple[str, list[float], str, bool]]:
+    """(figure, its values, the target, whether they meet it) for each target the drills
+    have values for."""
+    gpu = [r for r in rows if r["kind"] == "gpu"]
+    out: list[tuple[str, list[float], str, bool]] = []
+    light = [v for r in gpu if (v := r.get("report_to_light_ms")) is not None]
+    if light and switch_ms is not None:
+        out.append(("failure report → light on every new circuit (truth), ms", light,
+                    f"p50 ≤ {switch_ms:g} + {ABOVE_SWITCH_MS:g}",
+                    percentile(light, 50) <= switch_ms + ABOVE_SWITCH_MS))
+    for stage, bound in GPU_STAGES_MS.items():
+        values = [v for r in gpu if (v := r["ms"].get(stage)) is not None]
+        if values:
+            out.append((f"GPU failure → {stage.replace('_', ' ')}, ms", values,
+                        f"p50 ≤ {bound:g}", percentile(values, 50) <= bound))
+    detect = [r["ms"]["detected"] / (r["heartbeat_s"] * 1000) for r in rows
+              if r["kind"] == "host" and "detected" in r["ms"]]
+    if detect:
+        out.append(("host lost → detected, heartbeat intervals", detect,
+                    f"≤ {LOST_INTERVALS:g}", max(detect) <= LOST_INTERVALS))
+    return out
+
+
 def failover_report(rows: list[dict[str, Any]], switch_ms: float | None) -> list[Table]:
     """Each stage's p50/p99/max over the drills (rows from DrillResult.row), and the
-    targets: failure report → light on every new circuit, and lost-host detection."""
+    targets (:func:`_targets`): failure report → light on every new circuit, the report,
+    its detection and the first step after it, and lost-host detection."""
     tables = []
     for kind, title in (("gpu", "GPU failures"), ("host", "Hosts lost (no failure report)")):
         mine = [r for r in rows if r["kind"] == kind]
@@ -198,19 +232,8 @@ def failover_report(rows: list[dict[str, Any]], switch_ms: float | None) -> list
     target = Table(title="Targets", show_header=True)
     for column in ("figure", "n", "p50", "p99", "target", "met"):
         target.add_column(column, justify="left" if column in ("figure", "target") else "right")
-    report_to_light = [v for r in rows if r["kind"] == "gpu"
-                       and (v := r.get("report_to_light_ms")) is not None]
-    if report_to_light and switch_ms is not None:
-        p50 = percentile(report_to_light, 50)
-        target.add_row("failure report → light on every new circuit (truth), ms",
-                       str(len(report_to_light)), f"{p50:.2f}",
-                       f"{percentile(report_to_light, 99):.2f}",
-                       f"p50 ≤ {switch_ms:g} + 10", "yes" if p50 <= switch_ms + 10 else "NO")
-    detect = [r["ms"]["detected"] / (r["heartbeat_s"] * 1000) for r in rows
-              if r["kind"] == "host" and "detected" in r["ms"]]
-    if detect:
-        target.add_row("host lost → detected, heartbeat intervals", str(len(detect)),
-                       f"{percentile(detect, 50):.2f}", f"{percentile(detect, 99):.2f}",
-                       "≤ 1.5", "yes" if max(detect) <= 1.5 else "NO")
+    for figure, values, shown, met in _targets(rows, switch_ms):
+        target.add_row(figure, str(len(values)), f"{percentile(values, 50):.2f}",
+                       f"{percentile(values, 99):.2f}", shown, "yes" if met else "NO")
     tables.append(target)
     return tables

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from labd.emulation.failover import failover_report
 from labd.measure.plots import PlotStyle, reconfig_figures, reconfig_plots
 from labd.measure.reconfig import compare_table, failures, summary_table
 from labd.measure.runs import Run, RunStore
@@ -299,6 +300,38 @@ def test_compare_of_failover_runs_names_stages() -> None:
     assert verdict(out, "gpu", "first_step p50").startswith("f2 is slower by 100.000 ms")
     assert verdict(out, "gpu", "first_step p99") == "n = 5: too few for a p99 (needs 100)"
     assert "nan" not in out
+
+
+def test_the_failover_targets_are_each_stage_the_issue_names_at_p50() -> None:
+    """Light within the switch's time + 5 ms of the report, the report within 1 ms and its
+    detection within 2 ms of the injection, the first step within 250 ms, a lost host within
+    1.5 heartbeats: each judged on its own, so one miss says which."""
+    def gpu(i: int, *, detected: float) -> dict[str, Any]:
+        return {"kind": "gpu", "outcome": "recovered", "report_to_light_ms": 29.0 + i % 2,
+                "ms": {"reported": 0.4, "detected": detected, "first_step": 240.0}}
+
+    lost = {"kind": "host", "outcome": "recovered", "heartbeat_s": 0.5,
+            "ms": {"detected": 700.0}}  # 1.4 heartbeats
+
+    def verdicts(rows: list[dict[str, Any]]) -> dict[str, str]:
+        console = Console(width=200, record=True)
+        console.print(failover_report(rows, 25.0)[-1])
+        lines = [line for line in console.export_text().splitlines() if "│" in line]
+        return {cells[1].strip(): cells[-2].strip() for line in lines
+                if len(cells := line.split("│")) > 6 and cells[1].strip() != "figure"}
+
+    met = verdicts([*(gpu(i, detected=1.5) for i in range(5)), lost])
+    assert met == {"failure report → light on every new circuit (truth), ms": "yes",
+                   "GPU failure → reported, ms": "yes", "GPU failure → detected, ms": "yes",
+                   "GPU failure → first step, ms": "yes",
+                   "host lost → detected, heartbeat intervals": "yes"}
+    slow = verdicts([*(gpu(i, detected=2.5) for i in range(5)),
+                     {**lost, "ms": {"detected": 800.0}}])
+    assert slow["GPU failure → detected, ms"] == "NO"
+    assert slow["host lost → detected, heartbeat intervals"] == "NO"
+    assert slow["GPU failure → reported, ms"] == "yes"
+    late = verdicts([{**gpu(0, detected=1.0), "report_to_light_ms": 30.5}])
+    assert late["failure report → light on every new circuit (truth), ms"] == "NO"
 
 
 @pytest.mark.parametrize(("option", "package", "module"), [
