@@ -302,7 +302,7 @@ def test_compare_of_failover_runs_names_stages() -> None:
     assert "nan" not in out
 
 
-def test_the_failover_targets_are_each_stage_the_issue_names_at_p50() -> None:
+def test_the_failover_targets_judge_each_stage_on_its_own() -> None:
     """Light within the switch's time + 5 ms of the report, the report within 1 ms and its
     detection within 2 ms of the injection, the first step within 250 ms, a lost host within
     1.5 heartbeats: each judged on its own, so one miss says which."""
