@@ -23,7 +23,7 @@ import httpx
 
 from labd.client.api import call_json
 from labd.errors import BusError, LinkDown
-from labd.mqtt.client import publish, session
+from labd.mqtt.client import publish, session, subscribe
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.payload import check
@@ -120,7 +120,7 @@ async def mqtt_link(settings: BusSettings, lab: str, host: str,
                            identifier=client_id(prefix, key)) as client:
             link = MqttLink(client, prefix, sealer, opener, host)
             await link.publish("status", b"online")
-            await client.subscribe(f"{prefix}/job", qos=1)
+            await subscribe(client, f"{prefix}/job", qos=1)
             yield link
     except aiomqtt.MqttError as exc:
         raise LinkDown(f"MQTT broker {settings.url}: {exc}") from None

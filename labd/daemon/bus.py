@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from labd.daemon.api.bodies import MAX_PAIRS, Port
 from labd.errors import BusError, RequestError
 from labd.hosts.feed import PAUSE_AT, FeedProtocol, HostFeed, Message
-from labd.mqtt.client import publish, session
+from labd.mqtt.client import publish, session, subscribe
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.payload import loads
@@ -236,8 +236,8 @@ class MqttBridge:
             if leading:
                 await publish(client, f"{self.prefix}/daemon", "online", qos=1, retain=True)
                 await self._publish_state(client, snapshot)
-                await client.subscribe(f"{self.prefix}/command/+")
-                await client.subscribe(f"{self.prefix}/daemon")
+                await subscribe(client, f"{self.prefix}/command/+")
+                await subscribe(client, f"{self.prefix}/daemon")
             async with feed.connected() as protocol:
                 self._feed = protocol
                 self.connected.set()

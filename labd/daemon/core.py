@@ -510,10 +510,7 @@ class Daemon:
         if self.bus is not None:
             await self.bus.say_offline()  # a clean disconnect sends no last will
         loops, self._loops = self._loops, []
-        for task in loops:
-            task.cancel()
-        if loops:
-            await asyncio.wait(loops)
+        await _cancelled(loops)
         self.hub.close()  # WebSocket clients are told, so the server can finish at once
         # and have been, before it closes them (one that does not read is not waited for)
         await self.hub.wait_ended(max(0.0, min(READERS_EXIT_S, deadline - loop.time())))
@@ -587,6 +584,26 @@ async def _to_the_end(work: Coroutine[Any, Any, None]) -> bool:
             cancelled = True
     task.result()
     return cancelled
+
+
+#: How long a cancelled background loop has to end (its own tidying up included) before it
+#: is taken to have gone on, and cancelled again.
+RECANCEL_S = 1.0
+
+
+async def _cancelled(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them to end, cancelling again, every
+    :data:`RECANCEL_S`, any that went on: a library's ``asyncio.wait_for`` on Python 3.11
+    can swallow a cancellation that lands as its wait ends (aiomqtt's, as a subscription
+    is confirmed), and a stop that waited for such a task once would wait for ever."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
+        for task in pending:
+            log.warning("the background loop %s went on after it was cancelled; cancelling "
+                        "it again", task.get_name())
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:

@@ -9,13 +9,15 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiomqtt
 
 from labd.errors import BusError, LabdError
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +61,32 @@ async def session(**options: Any) -> AsyncIterator[aiomqtt.Client]:
 NO_DELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
 
+async def _cancellable(call: Awaitable[T]) -> T:
+    """An aiomqtt call, run so that a cancellation reaches the caller. aiomqtt waits for
+    the broker's answer with asyncio.wait_for, which on Python 3.11 can swallow a
+    cancellation that lands as the wait ends: a task looping on publishes would then never
+    stop, and one cancelled as its subscription was confirmed would go on into its session
+    (and the TaskGroup or the daemon's stop waiting for it would wait forever). Awaited
+    through a shield, the cancellation is ours to receive."""
+    running = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        running.cancel()
+        # Nobody awaits it any more: take its outcome so it is not reported as lost.
+        running.add_done_callback(lambda done: done.cancelled() or done.exception())
+        raise
+
+
 async def publish(client: aiomqtt.Client, topic: str, payload: str | bytes, *, qos: int = 0,
                   retain: bool = False) -> None:
-    """``client.publish``, run so that a cancellation reaches the caller. aiomqtt waits with
-    asyncio.wait_for, which on Python 3.11 can swallow a cancellation that lands as the
-    wait ends: a task looping on publishes would then never stop (and a TaskGroup would
-    wait for it forever). Awaited through a shield, the cancellation is ours to receive."""
-    sending = asyncio.ensure_future(client.publish(topic, payload, qos=qos, retain=retain))
-    try:
-        await asyncio.shield(sending)
-    except asyncio.CancelledError:
-        sending.cancel()
-        # Nobody awaits it any more: take its outcome so it is not reported as lost.
-        sending.add_done_callback(lambda done: done.cancelled() or done.exception())
-        raise
+    """``client.publish``, cancellable (:func:`_cancellable`)."""
+    await _cancellable(client.publish(topic, payload, qos=qos, retain=retain))
+
+
+async def subscribe(client: aiomqtt.Client, topic: str, *, qos: int = 0) -> None:
+    """``client.subscribe``, cancellable (:func:`_cancellable`)."""
+    await _cancellable(client.subscribe(topic, qos=qos))
 
 
 def parse_url(url: str) -> tuple[str, int]:

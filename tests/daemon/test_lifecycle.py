@@ -12,6 +12,7 @@ import pytest
 import websockets
 
 from instruments.events import LinkState
+from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.errors import StoreError
 from labd.lab.file import Lab, load_lab
@@ -89,6 +90,33 @@ async def test_a_failing_background_loop_ends_the_block(lab: Lab, tmp_path: Path
     with pytest.raises(RuntimeError, match="the watchdog broke"):
         async with daemon:
             await asyncio.Event().wait()  # until the failure cancels the block
+    await assert_stopped(daemon)
+
+
+async def test_a_loop_that_goes_on_after_its_cancellation_is_cancelled_again(
+        lab: Lab, tmp_path: Path) -> None:
+    """As a loop does whose cancellation a library's wait_for swallowed (aiomqtt's on
+    Python 3.11): the stop cancels it again rather than wait for it for ever."""
+    daemon = daemon_for(lab, tmp_path)
+    cancellations = 0
+    running = asyncio.Event()
+
+    async def stubborn() -> None:
+        nonlocal cancellations
+        running.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancellations += 1
+                if cancellations > 1:
+                    raise
+
+    daemon.hosts.run = stubborn  # type: ignore[method-assign]
+    async with asyncio.timeout(deadlines.current().times(30)):
+        async with daemon:
+            await running.wait()
+    assert cancellations == 2
     await assert_stopped(daemon)
 
 
