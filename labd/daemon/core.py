@@ -486,10 +486,7 @@ class Daemon:
                     raise
         finally:
             healing, self._healing = list(self._healing.values()), {}
-            for task in healing:
-                task.cancel()
-            if healing:
-                await asyncio.wait(healing)
+            await _cancelled(healing)
             for driver in self.drivers.values():
                 await driver.close()
             await self.store.close()
@@ -536,8 +533,7 @@ class Daemon:
         touched."""
         leasing, self._leasing = self._leasing, None
         if leasing is not None:
-            leasing.cancel()
-            await asyncio.wait([leasing])
+            await _cancelled([leasing])
         if self.role is None:
             return
         try:
@@ -586,23 +582,24 @@ async def _to_the_end(work: Coroutine[Any, Any, None]) -> bool:
     return cancelled
 
 
-#: How long a cancelled background loop has to end (its own tidying up included) before it
-#: is taken to have gone on, and cancelled again.
+#: How long a task the stop cancelled has to end (its own tidying up included) before it is
+#: taken to have gone on, and cancelled again.
 RECANCEL_S = 1.0
 
 
 async def _cancelled(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and wait for them to end, cancelling again, every
-    :data:`RECANCEL_S`, any that went on: a library's ``asyncio.wait_for`` on Python 3.11
-    can swallow a cancellation that lands as its wait ends (aiomqtt's, as a subscription
-    is confirmed), and a stop that waited for such a task once would wait for ever."""
+    """Cancel ``tasks`` (the stop's: its loops, the lease's renewal, the drivers' healing)
+    and wait for them to end, cancelling again, every :data:`RECANCEL_S`, any that went
+    on: a library's ``asyncio.wait_for`` on Python 3.11 can swallow a cancellation that
+    lands as its wait ends (aiomqtt's, as a subscription is confirmed), and a stop that
+    waited for such a task once would wait for ever."""
     pending = set(tasks)
     while pending:
         for task in pending:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
         for task in pending:
-            log.warning("the background loop %s went on after it was cancelled; cancelling "
+            log.warning("the daemon's task %s went on after it was cancelled; cancelling "
                         "it again", task.get_name())
 
 
