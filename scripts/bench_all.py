@@ -149,6 +149,13 @@ FIGURES = (
          Target("==", ref="truth_total")),
         ("truth_total", "records of the 8-switch run", "records", None),
         ("after_settle_p50_ms", "acknowledged after the device settled, p50", "ms", "lower"),
+        # The same fleet with the daemon's loop and store writer on one CPU (labd run --cpu).
+        ("fleet_one_cpu_per_s", "8 switches, loop and writer on one CPU (--cpu auto)",
+         "reconf/s", "higher", Target(">=", 8_000)),
+        ("fleet_one_cpu_truth_inside", "records of it with the true change inside their window",
+         "records", None, Target("==", ref="fleet_one_cpu_truth_total")),
+        ("fleet_one_cpu_truth_total", "records of the 8-switch run on one CPU", "records",
+         None),
     ])
     + _figures("bench_mesh", [
         ("mesh8_p50_ms", "8x8 full reconfiguration, p50", "ms", "lower"),

@@ -13,7 +13,9 @@ daemon in this one. Prints, in one run:
    lag p99 < 2 ms) and one durable record awaited alone (a recovery's: two circuits made,
    two broken, the intended state updated), its p50 and p99;
 3. reconfiguration throughput on the 8 switches at once through the engine, and how the
-   recorded phases agree with the emulators' ground truth.
+   recorded phases agree with the emulators' ground truth;
+4. the same with the daemon's event loop and store writer held on one CPU, as
+   ``labd run --cpu auto`` holds them (Linux; labd/daemon/placement.py).
 
 Usage: python scripts/bench_daemon.py [--samples 300] [--rows 100000] [--seconds 5]
                                      [--durable 500] [--db URL ...] [--json FILE]
@@ -50,6 +52,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from instruments.polatis_scpi import PolatisScpi
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
+from labd.daemon.placement import Placement, PlacementError
 from labd.emulation.rig import emulated_rig
 from labd.lab.file import load_lab
 from labd.runtime import run
@@ -313,15 +316,19 @@ async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int
                                                                              list[float],
                                                                              list[float], Cpu]:
     deadline = time.monotonic() + seconds
-    results = []
+    # Each record's window, as a tuple of a string and two integers: the collector leaves
+    # such a tuple alone, where a kept Result (its lists and dicts) was tens of thousands of
+    # objects more in every full pass of the daemon's own collector, the benchmark's doing.
+    results: list[tuple[str, int | None, int | None]] = []
 
     async def drive(name: str) -> None:
         i = 0
         while time.monotonic() < deadline:
             target = {1 + i % 16: 17 + (i * 5) % 16}
-            results.append(await daemon.engine.reconfigure(name, replace=target,
-                                                           cause="measurement",
-                                                           verify_light=False))
+            phases = (await daemon.engine.reconfigure(name, replace=target,
+                                                      cause="measurement",
+                                                      verify_light=False)).phases
+            results.append((name, phases["dispatched"], phases["acknowledged"]))
             i += 1
 
     start, cpu = time.perf_counter(), Cpu.now()
@@ -334,15 +341,25 @@ async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int
         # per switch, each against every change, took longer than the run itself).
         truth = sorted((await backdoor.truth(name))["changes"], key=lambda c: c["arrived_ns"])
         arrivals = [c["arrived_ns"] for c in truth]
-        for r in (r for r in results if r.switch == name):
-            p = r.phases
-            if p["dispatched"] is None or p["acknowledged"] is None:
+        for switch, dispatched, acknowledged in results:
+            if switch != name or dispatched is None or acknowledged is None:
                 continue
-            last = bisect.bisect_right(arrivals, p["acknowledged"])
-            if last > bisect.bisect_left(arrivals, p["dispatched"]):
-                after_settle.append((p["acknowledged"] - truth[last - 1]["settled_ns"]) / 1e6)
+            last = bisect.bisect_right(arrivals, acknowledged)
+            if last > bisect.bisect_left(arrivals, dispatched):
+                after_settle.append((acknowledged - truth[last - 1]["settled_ns"]) / 1e6)
                 inside.append(1.0)
     return len(results), elapsed, after_settle, inside, cpu
+
+
+def one_cpu(daemon: Daemon) -> Placement | None:
+    """The daemon's loop (this thread) and writer held on the loop's CPU; None where that
+    cannot be done (not Linux), and the run says so."""
+    assert daemon.store.writer_id is not None
+    try:
+        return Placement.pin("auto", daemon.store.writer_id)
+    except PlacementError as exc:
+        print(f"(the 8 switches on one CPU not measured: {exc})")
+        return None
 
 
 async def main(samples: int, rows: int, seconds: float, durable: int = 500,
@@ -358,6 +375,15 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
             api_us, direct_us = await api_vs_direct(rig.daemon, rig.addresses["s1"], samples)
             count, elapsed, after_settle, inside, cpu = await fleet(rig.daemon, rig.backdoor,
                                                                     seconds)
+            # The same again with the loop and the store's writer held on one CPU, as
+            # ``labd run --cpu auto`` holds them (labd/daemon/placement.py).
+            placed = one_cpu(rig.daemon)
+            try:
+                placed_fleet = await fleet(rig.daemon, rig.backdoor, seconds) \
+                    if placed is not None else None
+            finally:
+                if placed is not None:
+                    placed.release()
     measured = {t: await store_throughput(t, rows) for t in stores}
     records = {t: await durable_record(t, durable) for t in stores}
 
@@ -399,6 +425,18 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
           + f": {spent:.0f} µs in all, which {cores} cores hold at most "
           f"{cores * 1e6 / spent:,.0f} times a second (the loop alone: "
           f"{1e6 / per['loop']:,.0f}/s)")
+    placed_figures: dict[str, float] = {}
+    if placed_fleet is not None:
+        p_count, p_elapsed, p_after, p_inside, p_cpu = placed_fleet
+        print(f"4. The same, the daemon's loop and store writer on one CPU (labd run --cpu "
+              f"auto): {p_count} reconfigurations, {p_count / p_elapsed:,.0f}/s; the true "
+              f"change lay between dispatched and acknowledged in {len(p_inside)}/{p_count} "
+              f"records; CPU per reconfiguration: loop {p_cpu.loop_s / p_count * 1e6:.0f} µs, "
+              f"writer {p_cpu.threads_s / p_count * 1e6:.0f} µs")
+        placed_figures = {"fleet_one_cpu_per_s": p_count / p_elapsed,
+                          "fleet_one_cpu_truth_inside": len(p_inside),
+                          "fleet_one_cpu_truth_total": p_count,
+                          "fleet_one_cpu_after_settle_p50_ms": percentile(p_after, 50)}
     q = percentile
     figures: dict[str, float] = {}
     for t in stores:
@@ -419,7 +457,7 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
         "after_settle_p99_ms": q(after_settle, 99),
         "truth_inside": len(inside), "truth_total": count,
         "samples": samples, "store_rows": rows, "durable_records": durable,
-    }
+    } | placed_figures
 
 
 if __name__ == "__main__":

@@ -173,7 +173,9 @@ def test_docs_without_the_markers_is_refused_before_anything_runs(tmp_path: Path
 
 def test_check_fails_a_missed_target_and_a_plain_run_does_not(tmp_path: Path) -> None:
     daemon = {"api_added_p50_ms": 0.3, "store_rows_per_s": 50_000, "lag_p99_ms": 1.0,
-              "fleet_per_s": 9_000, "truth_inside": 10, "truth_total": 10}
+              "fleet_per_s": 9_000, "truth_inside": 10, "truth_total": 10,
+              "fleet_one_cpu_per_s": 9_500, "fleet_one_cpu_truth_inside": 12,
+              "fleet_one_cpu_truth_total": 12}
     met = write(tmp_path / "met.json", results("abcdef1", {"bench_daemon": daemon}))
     missed = write(tmp_path / "missed.json", results("abcdef1", {
         "bench_daemon": daemon | {"truth_inside": 9}}))

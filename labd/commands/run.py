@@ -103,6 +103,12 @@ def run_daemon(
         "--lease-ttl", min=0.02, max=600,
         help="Seconds a lease holds without renewal; a standby takes over within about "
              "this once the leader is gone [default: 2].")] = None,
+    cpu: Annotated[str | None, typer.Option(
+        "--cpu", metavar="N|auto",
+        help="Run the event loop and the store's writer on this one CPU (Linux; auto: the "
+             "one the loop starts on): more reconfigurations a second on a machine the "
+             "daemon has to itself (docs/service.md) [default: wherever the kernel "
+             "puts them].")] = None,
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process.
@@ -122,7 +128,7 @@ def run_daemon(
         "mqtt": mqtt, "mqtt_credentials": mqtt_credentials, "instance": instance,
         "watch_interval_s": watch_interval_s, "log_level": log_level,
         "log_format": log_format, "log_file": _text(log_file), "ha_url": ha_url,
-        "lease_renew_s": lease_renew_s, "lease_ttl_s": lease_ttl_s}
+        "lease_renew_s": lease_renew_s, "lease_ttl_s": lease_ttl_s, "cpu": cpu}
     try:
         resolved = effective_settings(lab, config, flags)
     except SettingsError as exc:
@@ -248,7 +254,7 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
     async def serve(stop: asyncio.Event) -> None:
         async with emulated_rig(loaded, db=db, mqtt=bus, host=host, port=port, token=token,
                                 api=api, restore=settings.restore, tidy=False,
-                                ha=ha) as rig:
+                                ha=ha, cpu=settings.cpu) as rig:
             daemon, report, hosts = rig.daemon, rig.report, rig.hosts
             add_secrets(daemon.token)  # made or found at start-up where none was given
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "

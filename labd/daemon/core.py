@@ -34,6 +34,7 @@ from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
 from labd.daemon.metrics import DaemonMetrics, LagSampler
+from labd.daemon.placement import Cpu, Placement
 from labd.daemon.server import OneWriteProtocol
 from labd.daemon.services import Drills, Services
 from labd.errors import BusError, LabdError, LeaseError
@@ -82,8 +83,12 @@ class Daemon:
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
                  restore: bool = True, light_window_s: float | None = None,
                  mqtt: str | BusSettings | None = None, api: ApiSettings | None = None,
-                 ha: HaSettings | None = None) -> None:
+                 ha: HaSettings | None = None, cpu: Cpu | None = None) -> None:
         self.lab = lab
+        self.cpu = cpu
+        """The CPU the event loop and the store's writer are held on while the daemon runs
+        (labd.daemon.placement); None: wherever the kernel puts them."""
+        self._placement: Placement | None = None
         self.host, self.port = host, port
         self._token = token
         self.restore = restore
@@ -294,6 +299,9 @@ class Daemon:
                 secrets.token_urlsafe(32) if self._token is None and
                 self.services.api.access is not None else load_or_make_token(self._token))
             await self.store.open()
+            if self.cpu is not None:
+                assert self.store.writer_id is not None
+                self._placement = Placement.pin(self.cpu, self.store.writer_id)
             if self.role is None:
                 self.report = await self._open_instruments()
                 await self._reconcile(self.report)
@@ -490,6 +498,9 @@ class Daemon:
             for driver in self.drivers.values():
                 await driver.close()
             await self.store.close()
+            if self._placement is not None:
+                self._placement.release()
+                self._placement = None
             await self._quiesced.aclose()
 
     async def _stop_loops(self) -> None:

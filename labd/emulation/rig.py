@@ -19,6 +19,7 @@ from emulators.lab import EmulatedLab
 from labd.client.control import Backdoor, spawn_emulators
 from labd.daemon.access import ApiSettings
 from labd.daemon.core import Daemon, StartupReport
+from labd.daemon.placement import Cpu
 from labd.emulation.drill import DrillService
 from labd.emulation.emulators import (
     EmulatedHost,
@@ -78,8 +79,8 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
                        host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                        api: ApiSettings | None = None, restore: bool = True,
                        light_window_s: float | None = None, apart: bool = False,
-                       hosts: bool = True, tidy: bool = True, ha: HaSettings | None = None
-                       ) -> AsyncIterator[Rig]:
+                       hosts: bool = True, tidy: bool = True, ha: HaSettings | None = None,
+                       cpu: Cpu | None = None) -> AsyncIterator[Rig]:
     """Start the lab's emulators, a daemon on them, then its emulated GPU hosts; on leaving,
     stop them all (and clear the retained MQTT status the hosts and the daemon leave).
     ``mqtt`` as a URL: the rig's own lab instance and keys (:func:`rig_bus`); as settings:
@@ -94,7 +95,8 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
     (labd.daemon.access); the emulated hosts use the daemon's own key.
     Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
-    daemon's last word (``offline``) is for the lab's subscribers.
+    daemon's last word (``offline``) is for the lab's subscribers. ``cpu``: the one CPU the
+    daemon's event loop and store writer run on (labd.daemon.placement).
     """
     bus = rig_bus(lab, mqtt) if mqtt is not None else None
     async with contextlib.AsyncExitStack() as stack:
@@ -121,7 +123,8 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
             stack.push_async_callback(tidy_up)
         daemon = await stack.enter_async_context(Daemon(
             lab, db=db, addresses=addresses, host=host, port=port, token=token,
-            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api, ha=ha))
+            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api, ha=ha,
+            cpu=cpu))
         started = True
         rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated, bus=bus)
         if emulated is not None and hosts:

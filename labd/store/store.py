@@ -174,6 +174,12 @@ class Store:
         self._thread.start()
 
     @property
+    def writer_id(self) -> int | None:
+        """The writer thread's native id while the store is open (to place it on a CPU:
+        labd.daemon.placement)."""
+        return None if self._thread is None else self._thread.native_id
+
+    @property
     def queue_depth(self) -> int:
         """Writes handed to the writer and not yet taken (approximate, as the queue's)."""
         return self._queue.qsize()

@@ -60,6 +60,9 @@ def test_environment_values_are_read_as_their_types() -> None:
                      "LABD_WATCH_INTERVAL_S": "0.5", "LABD_LOG_FORMAT": "json"}).settings
     assert (s.port, s.open_reads, s.restore, s.watch_interval_s, s.log_format) == (
         8471, True, False, 0.5, "json")
+    assert resolve(env={"LABD_CPU": "auto"}).settings.cpu == "auto"
+    assert resolve(env={"LABD_CPU": "1"}).settings.cpu == 1
+    assert resolve(files=[("a.toml", {"cpu": 0})]).settings.cpu == 0
 
 
 @pytest.mark.parametrize(("kwargs", "expected"), [
@@ -74,6 +77,8 @@ def test_environment_values_are_read_as_their_types() -> None:
      "lease_renew_s (3) must be at most half lease_ttl_s (2)"),
     ({"files": [("a.toml", {"tls_cert": "c.pem"})]}, "tls_cert and tls_key go together"),
     ({"env": {"LABD_OPEN_READS": "perhaps"}}, "(from env LABD_OPEN_READS)"),
+    ({"env": {"LABD_CPU": "fast"}}, "setting cpu = 'fast' (from env LABD_CPU)"),
+    ({"flags": {"cpu": "-1"}}, "setting cpu = '-1' (from flag --cpu)"),
 ])
 def test_a_bad_value_names_the_setting_and_its_source(kwargs: dict, expected: str) -> None:
     with pytest.raises(SettingsError) as caught:
