@@ -89,9 +89,9 @@ class Settings(BaseModel):
     lease_renew_s: float = Field(default=0.5, gt=0, le=60)
     lease_ttl_s: float = Field(default=2.0, gt=0, le=600)
     cpu: Annotated[int, Field(ge=0, le=4095)] | Literal["auto"] | None = None
-    """The one CPU the event loop and the store's writer run on (Linux): a number, or
-    ``auto`` for the one the loop is on at start; none: wherever the kernel puts them
-    (labd.daemon.placement)."""
+    """The one CPU the event loop runs on, and the store's writer with it (Linux): a
+    number, or ``auto`` for the one the loop is on at start; none: wherever the kernel puts
+    it (labd.daemon.placement)."""
 
     @field_validator("log_level")
     @classmethod

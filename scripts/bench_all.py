@@ -149,8 +149,8 @@ FIGURES = (
          Target("==", ref="truth_total")),
         ("truth_total", "records of the 8-switch run", "records", None),
         ("after_settle_p50_ms", "acknowledged after the device settled, p50", "ms", "lower"),
-        # The same fleet with the daemon's loop and store writer on one CPU (labd run --cpu).
-        ("fleet_one_cpu_per_s", "8 switches, loop and writer on one CPU (--cpu auto)",
+        # The same fleet with the daemon's loop held on one CPU (labd run --cpu auto).
+        ("fleet_one_cpu_per_s", "8 switches, the loop held on one CPU (--cpu auto)",
          "reconf/s", "higher", Target(">=", 8_000)),
         ("fleet_one_cpu_truth_inside", "records of it with the true change inside their window",
          "records", None, Target("==", ref="fleet_one_cpu_truth_total")),

@@ -105,10 +105,10 @@ def run_daemon(
              "this once the leader is gone [default: 2].")] = None,
     cpu: Annotated[str | None, typer.Option(
         "--cpu", metavar="N|auto",
-        help="Run the event loop and the store's writer on this one CPU (Linux; auto: the "
-             "one the loop starts on): more reconfigurations a second on a machine the "
-             "daemon has to itself (docs/service.md) [default: wherever the kernel "
-             "puts them].")] = None,
+        help="Hold the event loop, and the store's writer with it, on this one CPU "
+             "(Linux; auto: the one the loop starts on): a few per cent more "
+             "reconfigurations a second where the daemon has the CPU to itself "
+             "(docs/service.md) [default: wherever the kernel puts it].")] = None,
 ) -> None:
     """The daemon: owns every instrument of the lab, serves the API on HOST:PORT. Instruments
     marked `emulate = true` are emulated in this process.

@@ -86,8 +86,8 @@ class Daemon:
                  ha: HaSettings | None = None, cpu: Cpu | None = None) -> None:
         self.lab = lab
         self.cpu = cpu
-        """The CPU the event loop and the store's writer are held on while the daemon runs
-        (labd.daemon.placement); None: wherever the kernel puts them."""
+        """The CPU the event loop is held on while the daemon runs, and the store's writer
+        with it (labd.daemon.placement); None: wherever the kernel puts it."""
         self._placement: Placement | None = None
         self.host, self.port = host, port
         self._token = token
@@ -300,8 +300,7 @@ class Daemon:
                 self.services.api.access is not None else load_or_make_token(self._token))
             await self.store.open()
             if self.cpu is not None:
-                assert self.store.writer_id is not None
-                self._placement = Placement.pin(self.cpu, self.store.writer_id)
+                self._placement = Placement.pin(self.cpu)
             if self.role is None:
                 self.report = await self._open_instruments()
                 await self._reconcile(self.report)

@@ -3,6 +3,7 @@
 Every write goes through one writer thread that takes whatever has queued up and commits it
 as one transaction, so a burst of records costs one commit, and the event loop never waits
 on the disk: ``await store.write(...)`` resolves when the record is committed (durable).
+The writer commits a few records on the CPU the loop queued them from (labd.store.affinity).
 Readers run on their own pooled connections in worker threads. SQLite runs in WAL mode with
 a busy timeout, so readers and the writer never see "database is locked".
 
@@ -44,6 +45,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from labd.errors import StaleEpoch, StoreError, StoreUnavailable
 from labd.files import create_private
 from labd.store import postgresql
+from labd.store.affinity import Follower, current_cpu
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
 from labd.store.postgresql import IntendedChange, ReconfigurationRow
 
@@ -162,6 +164,9 @@ class Store:
         """(lab, epoch) while this daemon leads under ``--ha``: every write transaction
         first checks the epoch against the lease's (``labd_fence``, migration 0007), and
         one from a passed epoch is refused whole (:class:`StaleEpoch`)."""
+        self.loop_cpu = -1
+        """The CPU the event loop last queued a write from (-1: unknown): where the writer
+        commits a few records (labd.store.affinity)."""
         self.on_commit: Callable[[float], None] | None = None
         """Told each committed batch's time in the writer (seconds; from the writer's
         thread: the metrics' histogram takes it so)."""
@@ -296,6 +301,8 @@ class Store:
     async def _submit(self, item: Any) -> Any:
         if self._thread is None:
             raise StoreError("the store is not open")
+        if current_cpu is not None:
+            self.loop_cpu = current_cpu()  # where the writer goes for it (affinity.py)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((item, future, loop))
@@ -307,6 +314,7 @@ class Store:
         # check-in (with its rollback) per batch cost more than a one-record transaction.
         # A failed batch drops it; the next batch connects afresh.
         connection: Connection | None = None
+        follower = Follower()
         running = True
         while running:
             batch = [self._queue.get()]
@@ -319,6 +327,7 @@ class Store:
             running = len(work) == len(batch)
             if not work:
                 continue
+            follower.before(len(work), self.loop_cpu)
             results: list[Any] = []
             error: BaseException | None = None
             started = time.perf_counter()

@@ -1,7 +1,7 @@
-"""The daemon's event loop and its store's writer held on one CPU (``labd run --cpu``,
-labd/daemon/placement.py), on this machine's own scheduler: placed while the daemon runs,
-given back when it stops, and a CPU the process may not use refused before anything is
-served."""
+"""The daemon's event loop held on one CPU (``labd run --cpu``, labd/daemon/placement.py),
+on this machine's own scheduler: placed while the daemon runs, the store's writer following
+it there, its worker threads left on every CPU, all given back when it stops; and a CPU the
+process may not use refused before anything is served."""
 
 import os
 from pathlib import Path
@@ -24,19 +24,19 @@ def lab(tmp_path: Path) -> Lab:
     return load_lab(path)
 
 
-async def test_the_loop_and_the_writer_share_one_cpu_while_the_daemon_runs(
+async def test_the_loop_runs_on_one_cpu_while_the_daemon_runs_and_the_writer_follows(
         lab: Lab, tmp_path: Path) -> None:
     before = os.sched_getaffinity(0)
     async with Daemon(lab, db=str(tmp_path / "s.sqlite"), port=0, token="t",
                       cpu="auto") as daemon:
-        writer = daemon.store.writer_id
-        assert writer is not None
         (cpu,) = os.sched_getaffinity(0)  # this thread runs the daemon's loop
         assert cpu in before
-        assert os.sched_getaffinity(writer) == {cpu}
-        assert os.sched_getscheduler(writer) == os.SCHED_BATCH
-        # The writer, placed, still takes work and answers.
+        # The writer, given a write from the loop, commits it on the loop's CPU.
         assert await daemon.store.run_write(lambda session: 42) == 42
+        writer = daemon.store.writer_id
+        assert writer is not None
+        if len(before) > 1:
+            assert os.sched_getaffinity(writer) == {cpu}
         # A reader (a worker thread started now) runs where the loop could before.
         assert await daemon.store.read(lambda session: os.sched_getaffinity(0)) == before
     assert os.sched_getaffinity(0) == before
