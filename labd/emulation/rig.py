@@ -96,7 +96,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
     Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
     daemon's last word (``offline``) is for the lab's subscribers. ``cpu``: the one CPU the
-    daemon's event loop and store writer run on (labd.daemon.placement).
+    daemon's event loop is held on (labd.daemon.placement).
     """
     bus = rig_bus(lab, mqtt) if mqtt is not None else None
     async with contextlib.AsyncExitStack() as stack:

@@ -4,15 +4,15 @@ Every acknowledged change waits for its durable record, which passes twice betwe
 threads: the event loop queues it and wakes the writer, the writer commits it and wakes the
 loop, and each takes the interpreter's lock from the other on the way. Left to the kernel,
 the two ran on one CPU in some minutes and on two in others; on two, every hand-over wakes
-the other CPU and carries the lock and the record's memory across, and 8 emulated switches
-ran 6,000-6,900 reconfigurations a second where on one they ran 8,400-9,800
-(docs/benchmarks.md, "The loop and the writer on one CPU").
+the other CPU and carries the lock and the record's memory across. 8 emulated switches ran
+6,000-7,000 reconfigurations a second so, and 8,500-9,100 with the writer following the
+loop as below (docs/benchmarks.md, "The loop and the writer on one CPU").
 
 So the loop notes the CPU it queues each record from (``sched_getcpu``, 0.1 µs), and the
 writer, before a batch of a few records, moves to that CPU; it runs there as a batch thread
 (``SCHED_BATCH``): woken by the loop, it does not cut in, but runs when the loop waits, with
 whatever has queued by then. Without that, a writer woken beside the loop pushed the loop to
-the other CPU, and the writer chased it there (a thousand moves a second; no gain). A large
+the other CPU, and the writer chased it there (a thousand moves in five seconds; no gain). A large
 batch (more than :data:`FOLLOW_AT_MOST` records: a burst, a backlog) is throughput, not a
 waiting request: the writer takes every CPU the process may use for it, beside the loop.
 
@@ -57,7 +57,6 @@ class Follower:
         self.allowed: frozenset[int] = frozenset()
         self.where: frozenset[int] | None = None
         """The CPUs the writer holds itself to now (None: as it started)."""
-        self.moves = 0
         if current_cpu is None:
             return
         self.allowed = frozenset(os.sched_getaffinity(0))
@@ -82,4 +81,3 @@ class Follower:
             self.allowed = frozenset()
             return
         self.where = wanted
-        self.moves += 1

@@ -180,8 +180,8 @@ class Store:
 
     @property
     def writer_id(self) -> int | None:
-        """The writer thread's native id while the store is open (to place it on a CPU:
-        labd.daemon.placement)."""
+        """The writer thread's native id while the store is open (where it runs can be
+        read back by it: ``os.sched_getaffinity``)."""
         return None if self._thread is None else self._thread.native_id
 
     @property
