@@ -12,9 +12,12 @@ So the loop notes the CPU it queues each record from (``sched_getcpu``, 0.1 µs)
 writer, before a batch of a few records, moves to that CPU; it runs there as a batch thread
 (``SCHED_BATCH``): woken by the loop, it does not cut in, but runs when the loop waits, with
 whatever has queued by then. Without that, a writer woken beside the loop pushed the loop to
-the other CPU, and the writer chased it there (a thousand moves in five seconds; no gain). A large
-batch (more than :data:`FOLLOW_AT_MOST` records: a burst, a backlog) is throughput, not a
-waiting request: the writer takes every CPU the process may use for it, beside the loop.
+the other CPU, and the writer chased it there (a thousand moves in five seconds; no gain).
+A lone record is no stream to follow: the writer commits it where it is (a loop that waits
+between requests wakes on any CPU, and a move for each cost the API's path more than it
+saved). A large batch (more than :data:`FOLLOW_AT_MOST` records: a burst, a backlog) is
+throughput, not a waiting request: the writer takes every CPU the process may use for it,
+beside the loop.
 
 Only the writer's own placement changes: the loop, and every thread or process it starts,
 stay where the kernel and the administrator put them.
@@ -27,10 +30,10 @@ import ctypes
 import os
 from collections.abc import Callable
 
-__all__ = ["FOLLOW_AT_MOST", "Follower", "current_cpu"]
+__all__ = ["FOLLOW_AT_LEAST", "FOLLOW_AT_MOST", "Follower", "current_cpu"]
 
-#: The most records in a batch that the writer commits on the loop's CPU.
-FOLLOW_AT_MOST = 32
+#: The fewest and the most records in a batch that the writer commits on the loop's CPU.
+FOLLOW_AT_LEAST, FOLLOW_AT_MOST = 2, 32
 
 
 def _sched_getcpu() -> Callable[[], int] | None:
@@ -68,8 +71,8 @@ class Follower:
 
     def before(self, records: int, loop_cpu: int) -> None:
         """Before a batch of ``records``: to ``loop_cpu`` (where the loop last queued one
-        from; -1: unknown) for a few, to every allowed CPU for more."""
-        if len(self.allowed) < 2:
+        from; -1: unknown) for a few, to every allowed CPU for more, nowhere for one."""
+        if len(self.allowed) < 2 or records < FOLLOW_AT_LEAST:
             return
         wanted = frozenset((loop_cpu,)) if (
             records <= FOLLOW_AT_MOST and loop_cpu in self.allowed) else self.allowed

@@ -1,6 +1,8 @@
-"""The store's writer commits a few records on the CPU the event loop queued them from, and
-a large batch on every CPU (labd/store/affinity.py), on this machine's own scheduler."""
+"""The store's writer commits a few records on the CPU the event loop queued them from, a
+lone one where it is, and a large batch on every CPU (labd/store/affinity.py), on this
+machine's own scheduler."""
 
+import asyncio
 import os
 import threading
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from labd.store import Store
-from labd.store.affinity import FOLLOW_AT_MOST, Follower
+from labd.store.affinity import FOLLOW_AT_LEAST, FOLLOW_AT_MOST, Follower
 from labd.store.store import ReconfigurationRecord
 
 CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
@@ -42,15 +44,16 @@ def test_a_few_records_go_to_the_loops_cpu_and_many_to_every_cpu() -> None:
     def follow() -> list[object]:
         follower = Follower()
         seen: list[object] = [os.sched_getscheduler(0)]
-        for records, cpu in ((1, first), (FOLLOW_AT_MOST, second),
-                             (FOLLOW_AT_MOST + 1, first), (3, -1), (3, max(CPUS) + 1)):
+        for records, cpu in ((FOLLOW_AT_LEAST, first), (FOLLOW_AT_MOST, second),
+                             (FOLLOW_AT_LEAST - 1, first), (FOLLOW_AT_MOST + 1, first),
+                             (3, -1), (3, max(CPUS) + 1)):
             follower.before(records, cpu)
             seen.append(frozenset(os.sched_getaffinity(0)))
         return seen
 
     policy, *places = in_a_thread(follow)
     assert policy == os.SCHED_BATCH
-    assert places == [{first}, {second}, CPUS, CPUS, CPUS]
+    assert places == [{first}, {second}, {second}, CPUS, CPUS, CPUS]
 
 
 @pytest.fixture
@@ -70,11 +73,26 @@ async def test_the_writer_commits_where_the_loop_queued_the_record(
         assert writer is not None
         for cpu in sorted(CPUS)[:2]:
             loop_on(cpu)
+            # The writer held in a piece of work while three records queue behind it, so
+            # that they go in as one batch of three.
+            held, going = threading.Event(), threading.Event()
+
+            def hold(session: object, held: threading.Event = held,
+                     going: threading.Event = going) -> None:
+                going.set()
+                assert held.wait(10), "the test never let the writer go on"
+
+            blocking = asyncio.ensure_future(store.run_write(hold))
+            assert await asyncio.to_thread(going.wait, 10)
             now = time.monotonic_ns()
-            await store.record(ReconfigurationRecord(
-                switch="s1", cause="api", outcome="ok", error=None, connected=[(1, 17)],
+            records = asyncio.gather(*(store.record(ReconfigurationRecord(
+                switch="s1", cause="api", outcome="ok", error=None, connected=[(i, 16 + i)],
                 disconnected=[], requested_ns=now, dispatched_ns=now, activated_ns=now,
-                acked_ns=now, light_ns=None, done_ns=now))
+                acked_ns=now, light_ns=None, done_ns=now)) for i in (1, 2, 3)))
+            await asyncio.sleep(0)  # each record queued (its task ran to its wait)
+            held.set()
+            await blocking
+            await records
             assert store.loop_cpu == cpu
             assert os.sched_getaffinity(writer) == {cpu}
     finally:
