@@ -356,7 +356,7 @@ async def fleet(daemon: Daemon, backdoor: Backdoor, seconds: float) -> tuple[int
     return len(results), elapsed, after_settle, inside, cpu
 
 
-def one_cpu(daemon: Daemon) -> Placement | None:
+def one_cpu() -> Placement | None:
     """The daemon's loop (this thread) held on its CPU, the writer following it there;
     None where that cannot be done (not Linux), and the run says so."""
     try:
@@ -381,7 +381,7 @@ async def main(samples: int, rows: int, seconds: float, durable: int = 500,
                                                                     seconds)
             # The same again with the loop held on one CPU, as ``labd run --cpu auto`` holds
             # it (labd/daemon/placement.py); the writer follows it there as it always does.
-            placed = one_cpu(rig.daemon)
+            placed = one_cpu()
             try:
                 placed_fleet = await fleet(rig.daemon, rig.backdoor, seconds) \
                     if placed is not None else None

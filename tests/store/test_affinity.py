@@ -89,8 +89,9 @@ async def test_the_writer_commits_where_the_loop_queued_the_record(
                 switch="s1", cause="api", outcome="ok", error=None, connected=[(i, 16 + i)],
                 disconnected=[], requested_ns=now, dispatched_ns=now, activated_ns=now,
                 acked_ns=now, light_ns=None, done_ns=now)) for i in (1, 2, 3)))
-            await asyncio.sleep(0)  # each record queued (its task ran to its wait)
-            held.set()
+            # The writer is let go once the three tasks have queued their records: the loop
+            # runs its callbacks in the order they were scheduled, theirs first.
+            asyncio.get_running_loop().call_soon(held.set)
             await blocking
             await records
             assert store.loop_cpu == cpu
