@@ -3,7 +3,7 @@
 The store's writer already commits a few records on the CPU the loop queued them from
 (labd.store.affinity); left to the kernel, the loop itself still moves between CPUs now and
 then, and the writer with it. Held on one, neither moves: on 8 emulated switches it added
-another 3-12 % (docs/benchmarks.md, "The loop and the writer on one CPU"), and the CPU is
+another 3-19 % (docs/benchmarks.md, "The loop and the writer on one CPU"), and the CPU is
 the one the administrator chose, not the one the loop happened to be on.
 
 A thread inherits the CPUs of the thread that starts it, so the loop's worker threads (the

@@ -5,7 +5,7 @@ threads: the event loop queues it and wakes the writer, the writer commits it an
 loop, and each takes the interpreter's lock from the other on the way. Left to the kernel,
 the two ran on one CPU in some minutes and on two in others; on two, every hand-over wakes
 the other CPU and carries the lock and the record's memory across. 8 emulated switches ran
-6,000-7,000 reconfigurations a second so, and 8,000-9,200 with the writer following the
+6,000-7,000 reconfigurations a second so, and 7,300-9,200 with the writer following the
 loop as below (docs/benchmarks.md, "The loop and the writer on one CPU").
 
 So the loop notes the CPU it queues each record from (``sched_getcpu``, 0.1 µs), and the
