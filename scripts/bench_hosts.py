@@ -69,6 +69,7 @@ from labd.agent.backends import EmulatedBackend
 from labd.agent.links import client_id
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import Sealer, new_key
+from labd.mqtt.private import Mosquitto, MosquittoError
 from labd.mqtt.topics import host_root, lab_root
 from labd.vocabulary import percentile
 
@@ -326,20 +327,18 @@ def other_cores() -> str:
 
 @contextlib.asynccontextmanager
 async def broker(folder: Path) -> AsyncIterator[int]:
-    """A private Mosquitto on a free port: the lab's broker (1883) is not disturbed."""
-    if shutil.which("mosquitto") is None:
-        raise SystemExit("bench_hosts: needs Mosquitto (mosquitto on PATH)")
-    port = free_port()
-    conf = folder / "mosquitto.conf"
-    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
-                    "persistence false\nmax_queued_messages 100000\n", encoding="utf-8")
-    process = spawn([*pinned(other_cores()), "mosquitto", "-c", str(conf)])
+    """A private Mosquitto on a free port (labd.mqtt.private): the lab's broker (1883) is not
+    disturbed."""
+    mosquitto = Mosquitto(folder, wrapper=pinned(other_cores()),
+                          config=["persistence false", "max_queued_messages 100000"])
     try:
-        await wait_port(port, "Mosquitto", 30)
-        yield port
+        await mosquitto.start()
+    except MosquittoError as exc:
+        raise SystemExit(f"bench_hosts: {exc}") from None
+    try:
+        yield mosquitto.port
     finally:
-        process.terminate()
-        process.wait(10)
+        await mosquitto.stop()
 
 
 def spawn(command: list[str], *, env: dict[str, str] | None = None,

@@ -5,7 +5,7 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from emulators import EmulatedLab, EmulatorSpec
 from emulators.lab import ServeSpec
 from labd import deadlines
 from labd.deadlines import SCALE_ENV
+from tests import broker
 from tests.rigs import StartRig, rig_on
 
 FAST = {"switch_time_ms": 2.0, "jitter_ms": 0.5}
@@ -44,6 +45,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         seconds = float(mark.args[0]) if mark is not None and mark.args else default
         if seconds > 0:
             item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_broker_stops() -> Iterator[None]:
+    """The session's shared broker (tests.broker.MQTT), if a test started it, ends with
+    the session."""
+    yield
+    broker.SHARED.close()
+
+
+@pytest.fixture
+def shared_broker() -> broker.Mosquitto:
+    """The session's shared broker, running (tests.broker.require_broker)."""
+    return broker.require_broker()
+
+
+@pytest.fixture
+def mqtt_url(shared_broker: broker.Mosquitto) -> str:
+    """``mqtt://127.0.0.1:PORT`` of the session's shared broker, running."""
+    return shared_broker.url
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[broker.Mosquitto]:
+    """A broker of the test's own, started, its config and log in ``tmp_path``; the test
+    may stop and start it (the same port)."""
+    with broker.Mosquitto(tmp_path / "broker") as mine:
+        yield mine
 
 
 @pytest.fixture

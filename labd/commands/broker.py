@@ -3,14 +3,33 @@ ACL files, and one credentials file for the daemon, each host and each client.""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import secrets
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from labd.commands.common import console, fail, load
+from labd.commands.common import console, err_console, fail, load
 from labd.errors import BusError
+
+#: Where a plain (non-TLS) listener listens unless --bind says otherwise: passwords and
+#: messages in clear stay on this machine.
+LOOPBACK = "127.0.0.1"
+#: A host name --bind may give (it goes into a mosquitto.conf line as it is).
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+
+
+def bind_address(value: str) -> str:
+    """``value`` if a listener may be bound to it: an IP address or a host name."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        if HOST_NAME.fullmatch(value) is None:
+            raise fail(f"--bind {value[:60]!r}: expected an IP address (127.0.0.1, 0.0.0.0, "
+                       "::) or a host name") from None
+        return value
 
 
 def broker_config(
@@ -24,6 +43,11 @@ def broker_config(
     port: Annotated[int | None, typer.Option(
         min=1, max=65535, help="The listener port in mosquitto.conf (default: 1883, or 8883 "
                                "with TLS).")] = None,
+    bind: Annotated[str | None, typer.Option(
+        metavar="ADDRESS",
+        help="The address the listener listens on (default: 127.0.0.1 for a plain listener, "
+             "every interface with TLS); a plain listener beyond loopback is written with a "
+             "warning: passwords and messages would cross the network in clear.")] = None,
     tls_cert: Annotated[Path | None, typer.Option(
         help="The broker's certificate (PEM): the listener takes TLS only (mqtts://).")] = None,
     tls_key: Annotated[Path | None, typer.Option(
@@ -40,7 +64,9 @@ def broker_config(
     `daemon.toml` for `labd run --mqtt-credentials`, `hosts/HOST.toml` for each host's
     `labd agent --mqtt-credentials` and `clients/NAME.toml` for each client. Every message
     a host or client sends is also signed with its key, so a spoofed or replayed message
-    changes nothing even on an open broker. Files holding secrets are created mode 0600."""
+    changes nothing even on an open broker. Files holding secrets are created mode 0600. A plain
+    listener listens on 127.0.0.1 only, unless --bind says otherwise."""
+    from labd.daemon.access import beyond_loopback
     from labd.files import write_private
     from labd.mqtt.credentials import Credentials, read_credentials
     from labd.mqtt.envelope import new_key
@@ -56,6 +82,7 @@ def broker_config(
             raise fail(f"{given}: no such file")
     tls = {"ca": str(tls_ca.resolve())} if tls_ca is not None else {}
     port = port or (8883 if tls_cert else 1883)
+    listen = bind_address(bind) if bind is not None else (None if tls_cert else LOOPBACK)
     loaded = load(lab)
     name = loaded.lab.name
     try:
@@ -115,12 +142,18 @@ def broker_config(
     (out / "acl").write_text(acl(topic_root, login_root, hosts, clients))
     server_tls = ((str(tls_cert.resolve()), str(tls_key.resolve()))
                   if tls_cert is not None and tls_key is not None else None)
-    (out / "mosquitto.conf").write_text(config(port, str((out / "passwd").resolve()),
-                                               str((out / "acl").resolve()), server_tls))
+    (out / "mosquitto.conf").write_text(config(
+        port, listen, str((out / "passwd").resolve()), str((out / "acl").resolve()),
+        server_tls))
     scheme = "mqtts" if server_tls else "mqtt"
+    where = f"{listen or 'every interface'} port {port}"
+    if server_tls is None and listen is not None and beyond_loopback(listen):
+        err_console.print(f"[yellow]warning[/]: {out}/mosquitto.conf: a plain listener on "
+                          f"{where}: passwords and messages cross the network in clear; give "
+                          "--tls-cert and --tls-key", soft_wrap=True, highlight=False)
     console.print(f"[bold]labd broker-config[/]: lab [cyan]{name}[/], topics {topic_root}/..., "
                   f"written to {out}/")
-    console.print(f"  broker:  mosquitto -c {out}/mosquitto.conf   (passwd, acl: "
+    console.print(f"  broker:  mosquitto -c {out}/mosquitto.conf   (on {where}; passwd, acl: "
                   f"{len(logins)} identities; anonymous clients refused)")
     console.print(f"  daemon:  labd run LAB --mqtt {scheme}://BROKER:{port} "
                   f"--mqtt-credentials {out}/daemon.toml")

@@ -64,12 +64,15 @@ def acl(topic_root: str, login_root: str, hosts: Iterable[str],
     return "\n".join(lines)
 
 
-def config(port: int, passwd: str, acl_file: str,
+def config(port: int, bind: str | None, passwd: str, acl_file: str,
            tls: tuple[str, str] | None = None) -> str:
-    """A listener that takes only the lab's identities (over TLS where ``tls`` gives the
-    broker's certificate and key files)."""
+    """A listener on ``bind`` (None: every interface) that takes only the lab's identities,
+    over TLS where ``tls`` gives the broker's certificate and key files."""
     return "\n".join([
         "# labd: a listener for the lab's identities only (labd broker-config)",
-        f"listener {port}", "allow_anonymous false", f"password_file {passwd}",
-        f"acl_file {acl_file}",
-        *([f"certfile {tls[0]}", f"keyfile {tls[1]}"] if tls else []), ""])
+        f"listener {port}" + (f" {bind}" if bind else ""),
+        "allow_anonymous false", f"password_file {passwd}", f"acl_file {acl_file}",
+        *([f"certfile {tls[0]}", f"keyfile {tls[1]}"] if tls else []),
+        # A small message right behind another would wait for the subscriber's delayed ACK
+        # (Nagle's algorithm, up to 40 ms), which shows in failure detection.
+        "set_tcp_nodelay true", ""])

@@ -48,15 +48,17 @@ async def test_start_progress_and_restart_with_a_new_rank_map() -> None:
                                         "ranks": ranks("a", "b", "a")}).encode())
         procs = runner.running["ring"]
         assert len(procs) == 2  # ranks 0 and 2 are on this host
-        env = environ(procs[1].pid)
-        assert (env["LABD_RANK"], env["LABD_WORLD_SIZE"], env["LABD_EPOCH"],
-                env["LABD_NIC"]) == ("2", "3", "1", "a.nic0")
-        assert [r["host"] for r in json.loads(env["LABD_RANK_MAP"])] == ["a", "b", "a"]
         for rank in (0, 2):
             await reports.wait(epoch=1, rank=rank, progress="started")
             await reports.wait(epoch=1, rank=rank, progress="ready")
             step = await reports.wait(epoch=1, rank=rank, progress="step")
             assert step["step"] == 1
+        # Read once the rank has said it is ready: the spawn returns as the child's execve
+        # begins, and until the new image is set up /proc shows its environment empty.
+        env = environ(procs[1].pid)
+        assert (env["LABD_RANK"], env["LABD_WORLD_SIZE"], env["LABD_EPOCH"],
+                env["LABD_NIC"]) == ("2", "3", "1", "a.nic0")
+        assert [r["host"] for r in json.loads(env["LABD_RANK_MAP"])] == ["a", "b", "a"]
         # A restart: the new epoch's map puts this host's rank elsewhere.
         await runner.handle(json.dumps({"action": "start", "job": "ring", "epoch": 2,
                                         "ranks": ranks("b", "a")}).encode())
@@ -64,6 +66,7 @@ async def test_start_progress_and_restart_with_a_new_rank_map() -> None:
         assert old["code"] == 0  # SIGTERM: a clean stop
         assert all(p.returncode is not None for p in procs)
         (new,) = runner.running["ring"]
+        await reports.wait(epoch=2, rank=1, progress="ready")
         assert environ(new.pid)["LABD_RANK"] == "1"
         await reports.wait(epoch=2, rank=1, progress="step")
         await runner.handle(b'{"action": "stop", "job": "ring"}')

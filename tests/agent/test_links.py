@@ -14,7 +14,7 @@ from labd.agent.links import mqtt_link
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Sealer, new_key
 from labd.mqtt.topics import host_root, new_instance
-from tests.broker import MQTT, require_broker
+from tests.broker import BROKER, MQTT, require_broker
 
 
 async def test_a_forged_command_is_refused_naming_the_host(
@@ -26,7 +26,7 @@ async def test_a_forged_command_is_refused_naming_the_host(
     caplog.set_level(logging.WARNING, logger="labd.agent.links")
     async with mqtt_link(settings, "links", "h1") as link:
         commands = link.commands()
-        async with aiomqtt.Client("127.0.0.1", 1883) as intruder:
+        async with aiomqtt.Client(*BROKER) as intruder:
             await intruder.publish(topic, b'{"op": "start", "job": "j"}', qos=1)
             # Then the daemon's own: the link yields it, so the forgery before it was read.
             await intruder.publish(topic, Sealer("daemon", key).seal(topic, b'{"op": "stop"}'),

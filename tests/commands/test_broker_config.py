@@ -127,6 +127,48 @@ async def test_broker_config_binds_every_host_to_its_own_topics(
                 sub.close()
 
 
+@pytest.mark.parametrize(("args", "listener", "warned"), [
+    ((), "127.0.0.1", False),
+    (("--bind", "0.0.0.0"), "0.0.0.0", True),
+    (("--bind", "::1"), "::1", False),
+    (("--bind", "localhost"), "localhost", False),
+    (("--bind", "broker.lab"), "broker.lab", True),
+])
+async def test_a_plain_listener_stays_on_loopback_unless_told(
+        tmp_path: Path, args: tuple[str, ...], listener: str, warned: bool) -> None:
+    """The issue's case: the plain listener listened on every interface, without a word,
+    and without set_tcp_nodelay (docs/daemon.md recommends it)."""
+    _, lab_path = write_lab(tmp_path, "bind", endpoint("h1.nic0"), host("h1", emulate=False))
+    port, out = free_port(), tmp_path / "mqtt"
+    code, _, err = await run("broker-config", str(lab_path), "--out", str(out),
+                             "--port", str(port), *args)
+    assert code == 0, err
+    lines = (out / "mosquitto.conf").read_text().splitlines()
+    assert f"listener {port} {listener}" in lines and "set_tcp_nodelay true" in lines
+    if warned:
+        (line,) = err.splitlines()  # one line, however wide the terminal
+        assert line.startswith("warning: ") and f"{listener} port {port}" in line
+        assert "in clear" in line and "--tls-cert" in line
+    else:
+        assert err == ""
+    if listener in ("127.0.0.1", "0.0.0.0"):  # the real broker takes the file
+        async with mosquitto(out / "mosquitto.conf", port):
+            bus = BusSettings.load(f"mqtt://127.0.0.1:{port}", out / "daemon.toml")
+            async with aiomqtt.Client(**bus.login()) as client:
+                await client.publish(f"{lab_root(read_credentials(out / 'daemon.toml').lab)}"
+                                     "/daemon", b"online", qos=1)
+
+
+@pytest.mark.parametrize("bind", ["a b", "127.0.0.1\nlistener 1", "", "-x", "[::1]"])
+async def test_broker_config_refuses_a_bind_address_it_cannot_use(tmp_path: Path,
+                                                                  bind: str) -> None:
+    _, lab_path = write_lab(tmp_path, "bindbad", endpoint("h1.nic0"), host("h1", emulate=False))
+    out = tmp_path / "m"
+    code, _, err = await run("broker-config", str(lab_path), "--out", str(out), "--bind", bind)
+    assert code == 2 and "--bind" in err and "Traceback" not in err, err
+    assert not out.exists()  # nothing written
+
+
 def openssl(*args: str, cwd: Path) -> None:
     binary = shutil.which("openssl")
     if binary is None:
@@ -134,15 +176,40 @@ def openssl(*args: str, cwd: Path) -> None:
     subprocess.run([binary, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
+#: The extensions a strict verifier requires (Python 3.13's default context checks with
+#: VERIFY_X509_STRICT, RFC 5280): a CA says it signs certificates, a leaf names its CA's key.
+#: Written out here, so the certificates do not depend on the machine's openssl.cnf.
+CA_CONFIG = """[req]
+distinguished_name = dn
+x509_extensions = ca
+prompt = no
+[dn]
+CN = labd test CA
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+"""
+LEAF_EXTENSIONS = """subjectAltName = IP:127.0.0.1
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
 def certificates(folder: Path) -> tuple[Path, Path, Path]:
     """A test CA, and a broker certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
     folder.mkdir()
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=labd test CA", cwd=folder)
+    (folder / "ca.cnf").write_text(CA_CONFIG)
+    openssl("req", "-x509", "-config", "ca.cnf", *ec, "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "2", cwd=folder)
     openssl("req", *ec, "-keyout", "broker.key", "-out", "broker.csr",
             "-subj", "/CN=127.0.0.1", cwd=folder)
-    (folder / "san").write_text("subjectAltName=IP:127.0.0.1\n")
+    (folder / "san").write_text(LEAF_EXTENSIONS)
     openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
             "-CAcreateserial", "-out", "broker.pem", "-days", "2", "-extfile", "san", cwd=folder)
     return folder / "ca.pem", folder / "broker.pem", folder / "broker.key"
@@ -159,6 +226,9 @@ async def test_broker_config_with_certificates_takes_tls_only(tmp_path: Path) ->
                                    "--tls-key", str(key), "--tls-ca", str(ca))
     assert code == 0, err
     assert f"mqtts://BROKER:{port}" in printed
+    # TLS: on every interface (what it is for), without a warning.
+    assert f"listener {port}" in (out / "mosquitto.conf").read_text().splitlines()
+    assert err == ""
     assert read_credentials(out / "hosts/h1.toml").tls == {"ca": str(ca.resolve())}
 
     url = f"mqtts://127.0.0.1:{port}"

@@ -12,6 +12,7 @@ import pytest
 
 from emulators import EmulatedLab
 from labd.lab.file import load_lab
+from tests.broker import MQTT, require_broker
 
 LABD = [sys.executable, "-m", "labd"]
 
@@ -94,9 +95,10 @@ async def test_probe_tl1_blocks_and_silence(lab: EmulatedLab) -> None:
 
 @pytest.mark.timeout(240)
 async def test_demo_runs_and_exits_zero(tmp_path: Path) -> None:
+    require_broker()  # the session's, not whatever this machine may run on 1883
     db = tmp_path / "demo.sqlite"
     code, out, err = await run("demo", "--rounds", "2", "--seed", "1", "--light-events", "4",
-                               "--db", str(db), timeout=200)
+                               "--db", str(db), "--mqtt", MQTT, timeout=200)
     assert code == 0, err
     for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out

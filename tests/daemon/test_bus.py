@@ -1,4 +1,4 @@
-"""MQTT against the real Mosquitto on 127.0.0.1:1883: events, retained state, liveness,
+"""MQTT against a real Mosquitto (the session's, tests.broker): events, retained state, liveness,
 commands, and bad command payloads."""
 
 import asyncio

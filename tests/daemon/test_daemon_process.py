@@ -16,7 +16,7 @@ import sqlalchemy
 import websockets
 
 from tests import labs
-from tests.broker import require_broker
+from tests.broker import BROKER, MQTT, require_broker
 
 TOKEN = "kill-test"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -139,11 +139,10 @@ async def test_emulate_and_run_as_processes_with_mqtt_and_websocket(tmp_path: Pa
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     daemon = await start("run", str(resolved), "--db", str(tmp_path / "store.sqlite"),
-                         "--port", str(port), "--mqtt",
-                         "mqtt://127.0.0.1:1883")
+                         "--port", str(port), "--mqtt", MQTT)
     try:
         await wait_http(url)
-        async with aiomqtt.Client("127.0.0.1", 1883) as mqtt:
+        async with aiomqtt.Client(*BROKER) as mqtt:
             await mqtt.subscribe(f"labd/{name}/events/reconfiguration")
             async with websockets.connect(url.replace("http", "ws") + "/v1/events",
                                           additional_headers=AUTH) as ws:

@@ -14,6 +14,7 @@ import pytest
 from labd import deadlines
 from labd.errors import RunError
 from labd.measure.runs import RunStore
+from tests.broker import MQTT, require_broker
 from tests.commands.test_cli import LABD, run
 from tests.labs import meter, metered, switch, write_lab
 from tests.rigs import StartRig
@@ -167,9 +168,10 @@ async def test_bad_parameters_are_refused_before_anything_runs(tmp_path: Path) -
 
 @pytest.mark.timeout(360)  # its waits together (tests/conftest.py scales it)
 async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
+    require_broker()  # the session's, not whatever this machine may run on 1883
     runs = tmp_path / "runs.sqlite"
     args = ["measure", "failover", "-n", "5", "--lost", "1", "--seed", "4", "--runs",
-            str(runs), "--name", "f1"]
+            str(runs), "--name", "f1", "--mqtt", MQTT]
     proc = await asyncio.create_subprocess_exec(*LABD, *args, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -187,7 +189,8 @@ async def test_failover_drills_are_kept_and_resumed(tmp_path: Path) -> None:
     store.close()
     assert 1 <= kept < 6
     code, out, err = await run("measure", "failover", "--resume", "f1", "--runs", str(runs),
-                               "--csv", str(tmp_path / "f.csv"), timeout=within(180))
+                               "--mqtt", MQTT, "--csv", str(tmp_path / "f.csv"),
+                               timeout=within(180))
     assert code == 0, out + err
     store = RunStore(runs)
     done = store.get("f1")
