@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -36,6 +35,7 @@ from pydantic import (
 )
 
 from labd.errors import LabdError
+from labd.files import TomlError, read_toml
 from labd.logs import LogSettingsError, parse_levels
 
 __all__ = ["ENV_PREFIX", "Resolved", "Settings", "SettingsError", "Source", "check_table",
@@ -43,8 +43,6 @@ __all__ = ["ENV_PREFIX", "Resolved", "Settings", "SettingsError", "Source", "che
 
 ENV_PREFIX = "LABD_"
 Source = Literal["default", "file", "env", "flag"]
-#: A settings file larger than this is not a settings file (a log, a lab dump).
-MAX_SETTINGS_BYTES = 1 << 20
 
 
 class SettingsError(LabdError):
@@ -184,17 +182,13 @@ def daemon_table(path: str | os.PathLike[str], *, label: str | None = None,
     """The ``[daemon]`` table of a TOML file (None if it has none, unless ``required``)."""
     shown = label or str(path)
     try:
-        size = os.path.getsize(path)
-        if size > MAX_SETTINGS_BYTES:
-            raise SettingsError(f"{shown}: {size} bytes is too large for a settings file")
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+        data = read_toml(path)
     except FileNotFoundError:
         raise SettingsError(f"{shown}: no such settings file") from None
     except OSError as exc:
         raise SettingsError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{shown}: not a TOML file: {exc}") from None
+    except TomlError as exc:
+        raise SettingsError(f"{shown}: {exc}") from None
     table = data.get("daemon")
     if table is None:
         if required:

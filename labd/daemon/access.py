@@ -29,12 +29,12 @@ import hashlib
 import hmac
 import ipaddress
 import ssl
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labd.errors import AccessError
+from labd.files import TomlError, read_toml
 from labd.lab.limits import ID
 
 Role = Literal["viewer", "operator", "admin"]
@@ -103,8 +103,8 @@ class Access:
     def load(cls, path: str | Path) -> Access:
         """An access file (module docstring); AccessError naming the file and the key."""
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+            data = read_toml(path)
+        except (OSError, TomlError) as exc:
             raise AccessError(f"access file {path}: {exc or type(exc).__name__}; see "
                               "docs/daemon.md (Access) for its format") from None
         return cls.parse(data, str(path))
@@ -205,7 +205,8 @@ class ApiSettings:
 
 
 def beyond_loopback(host: str) -> bool:
-    """Whether an address the API binds to can be reached from another machine."""
+    """Whether an address a server binds to (the API, a broker's listener) can be reached
+    from another machine."""
     if host == "localhost":
         return False
     try:

@@ -11,30 +11,43 @@ head is held until the next write on the connection in the same turn of the even
 sent with it; a head that no write follows in that turn (a streamed body still being made,
 a ``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
 for more than that.
+
+A response that closes its connection while the request's body is still coming (the API's
+413 for a body past the limit, its 401 before a body is read) is followed by the end of
+what the server sends (a FIN), and nothing more of the body is read: the connection is
+closed :data:`LINGER_S` later. A close at once, with unread bytes in the socket, would be
+a reset, and a client still sending could lose the answer to it; reading on until the
+client stops would read whatever it sends.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HeadWithBody", "OneWriteProtocol"]
+__all__ = ["LINGER_S", "HeadWithBody", "OneWriteProtocol"]
+
+#: How long a connection closed mid-body stays open, unread, once its answer is sent: time
+#: for the client to read the answer before the close resets the connection.
+LINGER_S = 1.0
 
 
 class HeadWithBody(asyncio.Transport):
     """A connection's transport as its protocol writes to it: a response head (a write
     that starts ``HTTP/`` and ends with the blank line) is held and joined to the next
     write, or sent alone at the loop's next turn; everything else passes through, in
-    order."""
+    order. ``unread()`` says whether the request being answered has body still to come: a
+    close then lingers (module docstring)."""
 
-    def __init__(self, transport: asyncio.Transport,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 unread: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
-        self._transport, self._loop = transport, loop
+        self._transport, self._loop, self._unread = transport, loop, unread
         self._held: bytes | None = None
+        self._lingering: asyncio.TimerHandle | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
@@ -67,14 +80,27 @@ class HeadWithBody(asyncio.Transport):
 
     def close(self) -> None:
         self.flush()
+        if self._lingering is None and self._unread() and not self._transport.is_closing():
+            self._transport.pause_reading()
+            if self._transport.can_write_eof():  # not under TLS
+                self._transport.write_eof()
+            self._lingering = self._loop.call_later(LINGER_S, self._transport.close)
+            return
+        # Asked again while lingering (the server stopping): closed now.
+        self._stop_lingering()
         self._transport.close()
 
     def abort(self) -> None:
         self._held = None
+        self._stop_lingering()
         self._transport.abort()
 
+    def _stop_lingering(self) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
+
     def is_closing(self) -> bool:
-        return self._transport.is_closing()
+        return self._lingering is not None or self._transport.is_closing()
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._transport.get_extra_info(name, default)
@@ -111,4 +137,9 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = HeadWithBody(transport, self.loop)
+        self.transport = HeadWithBody(transport, self.loop, self._body_unread)
+
+    def _body_unread(self) -> bool:
+        """Whether the request being answered has body still to come (its parser has not
+        reached the end of it)."""
+        return self.cycle is not None and self.cycle.more_body

@@ -137,9 +137,10 @@ class Engine:
                               f"{switch.connection.last_error or 'none'}")
         return switch
 
-    def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair]) -> list[Pair]:
+    def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair] | Mapping[int, int]
+               ) -> list[Pair]:
         try:
-            return switch.normalise_pairs(list(pairs))
+            return switch.normalise_pairs(pairs)
         except NoSuchPort as exc:
             raise UnknownPort(exc.message) from None
         except InvalidRequest as exc:
@@ -159,7 +160,7 @@ class Engine:
             raise UnknownPort(exc.message) from None
 
     def plan(self, name: str, *, connect: Iterable[Pair] = (), disconnect: Iterable[int] = (),
-             replace: Mapping[int, int] | None = None,
+             replace: Iterable[Pair] | Mapping[int, int] | None = None,
              current: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
         """(pairs to make, pairs to break) against the intended state (or ``current``, what
         the switch holds, for a restore); raises RequestError subclasses for anything
@@ -167,7 +168,7 @@ class Engine:
         switch = self.switch(name)
         intended = self.intended[name] if current is None else current
         if replace is not None:
-            return _replacing(intended, dict(self._pairs(switch, replace.items())))
+            return _replacing(intended, dict(self._pairs(switch, replace)))
         partner = {**intended, **{b: a for a, b in intended.items()}}
         make = []
         for a, b in self._pairs(switch, connect):
@@ -192,7 +193,8 @@ class Engine:
 
     async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
                           disconnect: Iterable[int] = (),
-                          replace: Mapping[int, int] | None = None, cause: str = "api",
+                          replace: Iterable[Pair] | Mapping[int, int] | None = None,
+                          cause: str = "api",
                           verify_light: bool = True,
                           on_acknowledged: Callable[[str, int], None] | None = None,
                           from_device: bool = False) -> Result:
@@ -200,20 +202,21 @@ class Engine:
         ``on_acknowledged(switch, ns)`` hears of the device's acknowledgement at once (light
         verification may take a while longer). ``from_device``: a whole-map replacement
         planned against what the switch holds rather than the intended state (a restore:
-        its record names the circuits put back and taken away)."""
+        its record names the circuits put back and taken away). ``replace``: the switch's
+        whole map, as pairs (a port in two of them is refused, as in ``connect``) or as a
+        mapping."""
         requested = time.monotonic_ns()
         self.check_leading()
         switch = self.online(name)
         assert switch.info is not None
         current = dict(switch.expected) if from_device and replace is not None else None
-        if replace is not None:
-            # Checked and put in canonical order once: the plans below, the driver's command
-            # and the intended state that follows all read the same target.
-            replace = dict(self._pairs(switch, replace.items()))
-        make, brk = self._plan(name, connect, disconnect, replace, current)
+        # Checked and put in canonical order once: the plans below, the driver's command and
+        # the intended state that follows all read the same target.
+        target = None if replace is None else dict(self._pairs(switch, replace))
+        make, brk = self._plan(name, connect, disconnect, target, current)
         # A whole-map replacement holds the whole switch; anything else, its ports (and, for
         # light verification, the meter channels on its paths).
-        keys = (self._whole(name, switch.info.ports) if replace is not None else
+        keys = (self._whole(name, switch.info.ports) if target is not None else
                 frozenset((name, p) for pair in (*make, *brk) for p in pair))
         watches = self._paths_for(name, make, brk) if verify_light else {}
         if watches:
@@ -228,8 +231,8 @@ class Engine:
             if current is not None:
                 # What the switch holds and what is intended, as they are now that the
                 # switch is ours: a request that went ahead of the restore stands.
-                current, replace = dict(switch.expected), dict(self.intended[name])
-            make, brk = self._plan(name, connect, disconnect, replace, current)
+                current, target = dict(switch.expected), dict(self.intended[name])
+            make, brk = self._plan(name, connect, disconnect, target, current)
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
@@ -243,8 +246,8 @@ class Engine:
                 # Per operation (a change is a replace, or a break then a make): its first
                 # command out, and its commands that moved the light (first out, last in).
                 wire: list[tuple[int | None, int | None, int | None]] = []
-                if replace is not None:
-                    await switch.replace(replace)
+                if target is not None:
+                    await switch.replace(target)
                     wire.append((switch.exchanged[0], *switch.activation))
                 else:
                     if brk:
@@ -290,8 +293,8 @@ class Engine:
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
             if outcome != "failed":
-                if replace is not None:
-                    updated = dict(replace)
+                if target is not None:
+                    updated = dict(target)
                 else:
                     updated = dict(self.intended[name])
                     for a, _ in brk:
@@ -305,13 +308,13 @@ class Engine:
                     dispatched_ns=phases["dispatched"], activated_ns=phases["activated"],
                     acked_ns=phases["acknowledged"], light_ns=phases["light"],
                     done_ns=phases["done"] or time.monotonic_ns(),
-                    intended=dict(self.intended[name]) if replace is not None else None,
+                    intended=dict(self.intended[name]) if target is not None else None,
                     update_intended=outcome != "failed"))
             except StoreError as exc:
                 # Unrecorded is unacknowledged: the change is refused, and undone on the
                 # device so that it holds what the record says.
                 self.intended[name] = previous
-                undone = (await self._undo(name, switch, make, brk, replace is not None)
+                undone = (await self._undo(name, switch, make, brk, target is not None)
                           if outcome != "failed" else "")
                 refusal = f"{name}: the change is refused, {exc}{undone}"
                 self.hub.publish("warning", {"detail": refusal})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -29,6 +28,7 @@ from instruments.address import parse_address
 from instruments.errors import AddressError
 from instruments.switch import parse_size
 from labd.errors import LabFileError
+from labd.files import TomlError, loads_toml
 from labd.lab.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_PORT, deepest
 from labd.lab.options import option_problems
 
@@ -40,8 +40,10 @@ LIGHT_WINDOW_MAX_MS = 10_000.0
 
 
 class Strict(BaseModel):
-    # No infinities or NaNs: every number in a lab file is a bound, a time or a power.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # No infinities or NaNs: every number in a lab file is a bound, a time or a power. And
+    # no coercion: "yes" is no boolean, "0.5" no loss, 1 no flag (a whole number still
+    # counts where a fraction may be given: 1 for 1.0).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class EmulatorSettings(Strict):
@@ -685,16 +687,9 @@ def load_lab(name_or_path: str | os.PathLike[str]) -> Lab:
 def parse_text(text: str, source: str) -> Lab:
     """A lab file's text: TOML, bounded (nesting, numbers), then checked field by field."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LabFileError(source, [f"{source}: not valid TOML: {exc}"]) from None
-    except RecursionError:
-        raise LabFileError(source, [f"{source}: tables or arrays nest too deeply (at most "
-                                    f"{MAX_DEPTH} levels)"]) from None
-    except ValueError as exc:
-        # tomllib lets Python's own limits through: an integer of thousands of digits.
-        raise LabFileError(source, [f"{source}: a value cannot be read: "
-                                    f"{str(exc).split(';')[0]}"]) from None
+        data = loads_toml(text)
+    except TomlError as exc:
+        raise LabFileError(source, [f"{source}: {exc}"]) from None
     if deepest(data) > MAX_DEPTH:
         raise LabFileError(source, [f"{source}: tables or arrays nest too deeply (at most "
                                     f"{MAX_DEPTH} levels)"])

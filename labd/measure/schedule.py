@@ -21,7 +21,6 @@ import contextlib
 import gc
 import json
 import time
-import tomllib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from labd.client.api import DaemonClient
 from labd.errors import ScheduleError
+from labd.files import TomlError, read_toml
 from labd.vocabulary import percentile
 
 
@@ -82,10 +82,10 @@ def load_schedule(path: str | Path) -> Schedule:
                                 f"{', '.join(p.stem for p in packaged.parent.glob('*.toml'))})")
         source = packaged
     try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
+        data = read_toml(source)
         return Schedule.model_validate(data)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScheduleError(f"{source}: not TOML: {exc}") from None
+    except (OSError, TomlError) as exc:
+        raise ScheduleError(f"{source}: {exc}") from None
     except ValidationError as exc:
         problems = [f"{source}: {'.'.join(str(x) for x in e['loc'])}: {e['msg']}"
                     for e in exc.errors()]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import ssl
 import stat
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,11 +29,9 @@ from typing import Any
 import tomli_w
 
 from labd.errors import BusError
-from labd.files import open_to_others, write_private
+from labd.files import TomlError, open_to_others, read_toml, write_private
 from labd.mqtt.client import parse_url, wants_tls
 from labd.mqtt.topics import check_instance
-
-MAX_FILE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -115,16 +112,14 @@ def read_credentials(path: str | os.PathLike[str]) -> Credentials:
     file = Path(path)
     try:
         info = file.stat()
-        if info.st_size > MAX_FILE_BYTES:
-            raise BusError(f"{file}: {info.st_size:,} bytes is too large for a credentials file")
         if open_to_others(info.st_mode):
             raise BusError(f"{file}: others may read it (mode {stat.filemode(info.st_mode)}); "
                            f"it holds secrets: chmod 600 {file}")
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        data = read_toml(file)
     except OSError as exc:
         raise BusError(f"MQTT credentials {file}: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise BusError(f"MQTT credentials {file}: not TOML: {exc}") from None
+    except TomlError as exc:
+        raise BusError(f"MQTT credentials {file}: {exc}") from None
     username, password = data.get("username"), data.get("password")
     if username is not None and (not isinstance(username, str) or not isinstance(password, str)):
         raise BusError(f"{file}: 'username' and 'password' must both be text")

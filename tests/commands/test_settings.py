@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labd import deadlines
@@ -96,7 +96,7 @@ def test_settings_files_and_their_mistakes(tmp_path: Path) -> None:
         daemon_table(flat, required=True)
     broken = tmp_path / "broken.toml"
     broken.write_text("[daemon\nport = 1\n")
-    with pytest.raises(SettingsError, match=r"broken\.toml: not a TOML file"):
+    with pytest.raises(SettingsError, match=r"broken\.toml: not valid TOML"):
         daemon_table(broken)
     with pytest.raises(SettingsError, match=r"missing\.toml: no such settings file"):
         daemon_table(tmp_path / "missing.toml")
@@ -224,3 +224,85 @@ async def test_metrics_need_a_key_where_the_setting_says(tmp_path: Path) -> None
         await daemon.close()
     assert refused.status_code == 401 and wrong.status_code == 401
     assert served.status_code == 200 and "labd_instrument_up" in served.text
+
+
+#: TOML that tomllib reads only by raising what it is not meant to: an integer of 5,000
+#: digits (Python's int-string limit, a ValueError) and inline tables 500 deep (its
+#: recursion limit); labd check answered both, labd run and config show gave tracebacks.
+UNREADABLE = {"digits": "1" + "0" * 5000,
+              "deep": "{ a = " * 500 + "1" + " }" * 500}
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+async def test_every_file_labd_run_reads_is_one_message_whatever_its_toml(
+        tmp_path: Path, kind: str) -> None:
+    value = UNREADABLE[kind]
+    _, lab = write_lab(tmp_path, "unreadable", switch())
+    bad_lab = tmp_path / "bad-lab.toml"
+    bad_lab.write_text(lab.read_text() + f"\n[daemon]\nport = {value}\n")
+    settings_file = tmp_path / "labd.toml"
+    settings_file.write_text(f"[daemon]\nport = {value}\n")
+    access = tmp_path / "access.toml"
+    access.write_text(f"open_reads = {value}\n")
+    credentials = tmp_path / "daemon.toml"
+    credentials.write_text(f"lab = {value}\n")
+    credentials.chmod(0o600)
+    run = ("run", str(lab), "--db", str(tmp_path / "s.sqlite"), "--port", "0")
+    for args, named in [(("config", "show", str(bad_lab)), bad_lab),
+                        (("config", "show", "--config", str(settings_file)), settings_file),
+                        (("run", str(bad_lab)), bad_lab),
+                        ((*run, "--config", str(settings_file)), settings_file),
+                        ((*run, "--access", str(access)), access),
+                        ((*run, "--mqtt", "mqtt://127.0.0.1:1", "--mqtt-credentials",
+                          str(credentials)), credentials)]:
+        code, out, err = await labd(*args)
+        assert (code, "Traceback" in out + err) == (2, False), (args, err)
+        # One message, naming the file (wrapped by the terminal's width, hence the join).
+        assert err.startswith("error: ") and err.count("error:") == 1, (args, err)
+        assert str(named) in " ".join(err.split()), (args, err)
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+def test_each_reader_of_toml_answers_it_with_its_own_error(tmp_path: Path, kind: str) -> None:
+    from labd.daemon.access import Access
+    from labd.errors import AccessError, BusError, LabFileError
+    from labd.lab.file import load_lab
+    from labd.mqtt.credentials import read_credentials
+
+    path = tmp_path / "file.toml"
+    path.write_text(f"[daemon]\nx = {UNREADABLE[kind]}\n")
+    path.chmod(0o600)
+    words = "a value cannot be read" if kind == "digits" else "nest too deeply"
+    for read, error in [(daemon_table, SettingsError), (Access.load, AccessError),
+                        (read_credentials, BusError), (load_lab, LabFileError)]:
+        with pytest.raises(error) as caught:
+            read(path)
+        assert str(path) in str(caught.value) and words in str(caught.value), read
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=200),
+                 st.builds(lambda key, depth, digits, inline: (
+                     f"[daemon]\n{key} = " + ("{ a = " if inline else "[") * depth
+                     + "1" * digits + (" }" if inline else "]") * depth + "\n"),
+                     st.sampled_from(["port", "db", "x"]), st.integers(0, 2000),
+                     st.integers(1, 6000), st.booleans())))
+def test_any_settings_file_is_a_table_or_one_clear_message(text: str) -> None:
+    """Whatever a settings file holds, daemon_table gives its [daemon] table (or None), or
+    one SettingsError line naming the file; and resolve takes the table or refuses it
+    in words."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "labd.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            table = daemon_table(path)
+        except SettingsError as exc:
+            assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+            return
+    if table is not None:
+        try:
+            resolve(files=[("labd.toml", table)])
+        except SettingsError as exc:
+            assert "labd.toml" in str(exc)

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 from labd.client.api import DaemonClient
 from labd.daemon.access import Access, ApiSettings, beyond_loopback
+from labd.daemon.api.edge import DIGITS, too_long_number
 from labd.emulation.rig import Rig
-from labd.errors import AccessError, DaemonError
+from labd.errors import AccessError, DaemonError, RequestError
 from labd.token import find_token, make_token_file, read_token_file
 from tests.commands.test_broker_config import certificates
 from tests.labs import endpoint, host, switch, write_lab
@@ -278,6 +279,58 @@ async def test_a_body_beyond_the_limit_is_refused_before_it_is_read(
         assert rig.daemon.engine.intended["ocs1"] == {}
 
 
+async def send_until_closed(url: str, head: str, piece: bytes, count: int
+                            ) -> tuple[bytes, int]:
+    """``head``, then up to ``count`` copies of ``piece`` (then the end of what the client
+    sends) while the answer is read to the end of what the server sends: the answer, and
+    the bytes of body sent by then (each write waited until the socket took it)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    sent = 0
+
+    async def send() -> None:
+        nonlocal sent
+        writer.write(head.encode())
+        for _ in range(count):
+            writer.write(piece)
+            await writer.drain()
+            sent += len(piece)
+        writer.write_eof()  # all sent: a server still reading it has it all
+
+    sending = asyncio.create_task(send())
+    try:
+        async with asyncio.timeout(60):
+            answer = await reader.read()
+    finally:
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await sending
+        writer.close()
+    return answer, sent
+
+
+@pytest.mark.parametrize("framing", ["declared", "chunked"])
+async def test_a_body_past_the_limit_is_refused_and_the_rest_left_unsent(
+        start_rig: StartRig, framing: str) -> None:
+    """The issue's case: a 100 MB chunked body with an admin key was read to its end, the
+    413 sent and the connection kept open. Now the 413 comes as the limit is passed, and
+    the connection is closed while the client has most of the body still to send."""
+    piece = b" " * MB
+    length = f"Content-Length: {100 * MB}"
+    if framing == "chunked":
+        piece, length = b"%x\r\n%s\r\n" % (MB, piece), "Transfer-Encoding: chunked"
+    head = ("POST /v1/switches/ocs1/connections HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"{length}\r\n\r\n")
+    async with edge(start_rig) as rig:
+        answer, sent = await send_until_closed(rig.daemon.url, head, piece, 100)
+        status, _, rest = answer.partition(b"\r\n")
+        assert status.startswith(b"HTTP/1.1 413 "), answer[:200]
+        assert sent < 50 * MB, f"{sent / MB:.0f} MB of 100 sent before the close"
+        assert b"connection: close" in rest.lower() and b"--max-body" in rest
+        assert rig.daemon.engine.intended["ocs1"] == {}
+
+
 async def test_the_body_limit_is_a_setting(start_rig: StartRig) -> None:
     async with edge(start_rig, ApiSettings(max_body=64)) as rig, \
             httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
@@ -306,6 +359,8 @@ BAD_BODIES: list[tuple[str, dict[str, str], bytes, int, str]] = [
     ("a port beyond 64 bits", JSON, b'{"pairs": [[1, 100000000000000000000]]}', 422,
      "less than or equal"),
     ("a negative port", JSON, b'{"pairs": [[-1, 9]]}', 422, "greater than or equal"),
+    ("a port of 5,000 digits", JSON, b'{"pairs": [[1, ' + b"9" * 5000 + b']]}', 422,
+     "more than 4300 digits"),
     ("no pairs", JSON, b'{"pairs": []}', 422, "at least 1 item"),
     ("three ports", JSON, b'{"pairs": [[1, 9, 2]]}', 422, "at most 2"),
     ("a string flag", JSON, b'{"pairs": [[1, 9]], "verify_light": "false"}', 422,
@@ -342,6 +397,62 @@ async def test_other_bodies_are_as_strict(start_rig: StartRig) -> None:
         await http.post("/v1/switches/ocs1/connections", json={"pairs": [[1, 9]]})
         cleared = await http.put("/v1/switches/ocs1/connections", json={"pairs": []})
         assert cleared.status_code == 200 and cleared.json()["disconnected"] == [[1, 9]]
+
+
+async def test_a_whole_map_giving_a_port_twice_is_422_naming_it(start_rig: StartRig) -> None:
+    """PUT took {"pairs": [[1, 9], [1, 10]]} as the map {1: 10} (a dict of the pairs kept
+    the last), where POST of the same pairs is 422. The engine refuses it for every caller:
+    the API, and the bus's replace command, which gives the engine the pairs as sent."""
+    async with edge(start_rig) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        path = "/v1/switches/ocs1/connections"
+        assert (await http.post(path, json={"pairs": [[2, 10]]})).status_code == 200
+        for pairs, port in [([[1, 9], [1, 10]], 1), ([[3, 11], [4, 12], [3, 13]], 3),
+                            ([[1, 9], [5, 9]], 9)]:
+            for method in ("PUT", "POST"):
+                answer = await http.request(method, path, json={"pairs": pairs})
+                assert answer.status_code == 422, (method, pairs, answer.text)
+                assert f"port {port} appears twice" in answer.json()["detail"], answer.text
+            with pytest.raises(RequestError, match=f"port {port} appears twice"):
+                await rig.daemon.engine.reconfigure("ocs1", replace=[(a, b) for a, b in pairs])
+        assert len((await http.get("/v1/reconfigurations")).json()) == 1
+    assert rig.daemon.engine.intended["ocs1"] == {2: 10}
+
+
+async def test_a_number_of_more_digits_than_python_reads_is_422_on_every_route(
+        start_rig: StartRig) -> None:
+    """Python's JSON refuses an integer of over 4,300 digits (int()'s guard), which FastAPI
+    answered 400 "There was an error parsing the body"."""
+    huge = "7" * 5000
+    async with edge(start_rig) as rig, \
+            httpx.AsyncClient(base_url=rig.daemon.url, headers=AUTH) as http:
+        for method, path, body in [
+                ("PUT", "/v1/switches/ocs1/connections", f'{{"pairs": [[1, {huge}]]}}'),
+                ("POST", "/v1/switches/ocs1/disconnect", f'{{"ports": [-{huge}]}}'),
+                ("POST", "/v1/circuits", f'{{"from": "a", "to": "b", "cause": {huge}}}'),
+                ("POST", "/v1/jobs/j/decision", f'{{"approve": {huge}, "x": "{huge}"}}'),
+                # after the number, what is not JSON: the number is what is said
+                ("POST", "/v1/switches/ocs1/connections", f'{{"pairs": [[{huge}, 9]] nope')]:
+            answer = await http.request(method, path, content=body, headers=JSON)
+            assert answer.status_code == 422, (method, path, answer.text)
+            assert "more than 4300 digits" in answer.json()["detail"], answer.text
+        # The same digits in a string are a string: the route answers it (no such endpoint).
+        answer = await http.post("/v1/circuits", json={"from": huge, "to": "b"})
+        assert answer.status_code == 404, answer.text
+        assert (await http.get("/v1/reconfigurations")).json() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2 * DIGITS), st.booleans(), st.booleans()),
+                max_size=4))
+def test_a_number_too_long_to_read_is_told_from_digits_in_a_string(
+        runs: list[tuple[int, bool, bool]]) -> None:
+    """Runs of digits in a body, as numbers (negative or not) or in strings: only a number
+    of more digits than Python reads is refused."""
+    items = [f'"{"7" * n}"' if quoted else ("-" if negative else "") + "7" * n
+             for n, quoted, negative in runs]
+    body = ("[" + ", ".join(items) + "]").encode()
+    assert too_long_number(body) == any(n > DIGITS and not quoted for n, quoted, _ in runs)
 
 
 #: The issue's three 500s (an SQLite OverflowError), and their neighbours.

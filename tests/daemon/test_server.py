@@ -1,5 +1,6 @@
 """The HTTP server's protocol: a response's head goes out in the same write as its body, and
-a head whose body is not ready yet still goes out on its own, at once."""
+a head whose body is not ready yet still goes out on its own, at once; a response that
+closes its connection mid-body leaves the rest unread."""
 
 import asyncio
 import socket
@@ -89,6 +90,42 @@ async def test_an_aborted_connection_drops_its_held_head() -> None:
     wrapped.abort()
     await next_turn()
     assert raw.writes == [] and raw.aborted
+
+
+class Unread(Recording):
+    """A connection whose request body is still coming in: reads and the end of writing
+    are recorded too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.writes.append(b"<eof>")
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+async def test_a_close_with_the_body_still_coming_lingers_unread() -> None:
+    """The answer and the end of what the server sends, nothing more read, the socket left
+    open for the client to read the answer (a close now would reset it); a second close
+    (the server stopping) closes at once."""
+    raw = Unread()
+    wrapped = HeadWithBody(raw, asyncio.get_running_loop(), unread=lambda: True)
+    wrapped.write(HEAD)
+    wrapped.write(b"no")
+    wrapped.close()
+    assert raw.writes == [HEAD + b"no", b"<eof>"] and not raw.reading and not raw.closed
+    assert wrapped.is_closing()
+    wrapped.close()
+    assert raw.closed and raw.writes == [HEAD + b"no", b"<eof>"]
 
 
 async def read_until(reader: asyncio.StreamReader, marker: bytes) -> bytes:

@@ -24,7 +24,7 @@ from labd.errors import LabFileError
 from labd.lab.file import Lab, load_lab, packaged_labs, parse_lab, parse_text
 from labd.lab.limits import MAX_FILE_BYTES, MAX_PORTS_PER_SIDE
 from labd.lab.options import OPTIONS
-from tests.labs import endpoint, fiber, switch
+from tests.labs import endpoint, fiber, host, instrument, switch
 
 HEAD = '[lab]\nname = "limits"\n'
 GOOD = (HEAD + switch(size="8x8") + switch("ocs2", size="8x8") + endpoint("a", 0)
@@ -193,6 +193,40 @@ def test_a_5000_digit_number_is_a_lab_file_error() -> None:
     (problem,) = refused(HEAD.replace("[lab]\n", "[lab]\nlight_window_ms = 1" + "0" * 4000
                                       + "\n"))
     assert "field 'light_window_ms'" in problem and "characters)" in problem
+
+
+@pytest.mark.parametrize(("text", "where", "said"), [
+    (switch(emulate="yes"), "[[instrument]] #1 (id 'ocs1'), field 'emulate'",
+     "valid boolean (got 'yes')"),
+    (switch(emulate=1), "field 'emulate'", "valid boolean (got 1)"),
+    (switch() + endpoint("a") + fiber("a", "ocs1:1", loss_db="0.5"),
+     "[[fiber]] #1, field 'loss_db'",
+     "valid number (got '0.5')"),
+    (endpoint("a", launch_dbm="0"), "[[endpoint]] #1, field 'launch_dbm'",
+     "valid number (got '0')"),
+    (endpoint("a", launch_dbm=True), "field 'launch_dbm'", "valid number (got True)"),
+    (switch(timeout="2"), "field 'timeout'", "valid number (got '2')"),
+    (instrument("ocs1", "polatis-scpi", size="8x8", emulator={"seed": "3"}),
+     "field 'emulator.seed'", "valid integer (got '3')"),
+    (endpoint("h1.nic0") + host("h1", gpus="8"), "[[host]] #1, field 'gpus'",
+     "valid integer (got '8')"),
+    (endpoint("h1.nic0") + host("h1", gpus=8.0), "field 'gpus'", "valid integer (got 8.0)"),
+    ('[lab]\nname = "x"\nlight_window_ms = "100"\n', "[lab], field 'light_window_ms'",
+     "valid number (got '100')"),
+])
+def test_a_value_of_another_type_is_refused_not_converted(text: str, where: str,
+                                                         said: str) -> None:
+    """The lab file's types are TOML's: "yes" was taken as true, "0.5" as a loss."""
+    (problem,) = refused(text if text.startswith("[lab]") else HEAD + text)
+    assert where in problem and said in problem, problem
+
+
+def test_a_whole_number_is_taken_where_a_fraction_may_be_given() -> None:
+    lab = parse_text(GOOD + endpoint("c", launch_dbm=-3) + fiber("c", "ocs1:2", loss_db=1)
+                     + '[[instrument]]\nid = "pm1"\ndriver = "thorlabs-pm100"\nemulate = true\n'
+                     'timeout = 2\n', "lab.toml")
+    assert lab.endpoint[-1].launch_dbm == -3.0 and lab.fiber[-1].loss_db == 1.0
+    assert lab.get("pm1").timeout == 2.0
 
 
 def test_files_that_are_too_big_or_not_text_are_lab_file_errors(tmp_path: Path) -> None:

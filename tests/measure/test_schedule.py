@@ -60,7 +60,11 @@ def test_bad_schedule_files_name_the_file_and_the_field(tmp_path: Path) -> None:
              "duration_ms = 1\ncircuits.s = [[1, 2]]\n", "phase 'b' starts at 3.0 ms"),
             ("name = 'x'\niteration_ms = 4\n[[phase]]\nname = 'a'\nstart_ms = 0\n"
              "duration_ms = 5\ncircuits.s = [[1, 2]]\n", "after the iteration"),
-            ("name = [", "not TOML")):
+            ("name = [", "not valid TOML"),
+            # Read by Python's int(), which refuses this many digits: one line, not a
+            # traceback.
+            ("iteration_ms = " + "9" * 5000 + "\n", "a value cannot be read"),
+            ("x = " + "[" * 600 + "]" * 600 + "\n", "nest too deeply")):
         path.write_text(text)
         with pytest.raises(ScheduleError, match=words) as caught:
             load_schedule(path)

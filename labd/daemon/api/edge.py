@@ -8,7 +8,8 @@ and before a byte of its body is read. In order:
 2. the body: a ``Content-Length`` beyond the limit is 413 at once, a body that is not
    ``application/json`` 415, and the body is read counting its bytes (413 as soon as it
    passes the limit, never buffered whole), then refused 415 unless it is UTF-8 without a
-   byte-order mark (the JSON parser would take UTF-16 and UTF-32 too).
+   byte-order mark (the JSON parser would take UTF-16 and UTF-32 too), and 422 if it holds
+   a number of more digits than Python reads (FastAPI would answer it 400).
 
 A refusal closes the connection: what the client still sends is not read.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +28,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labd.daemon.access import Access, Role, grants
+from labd.daemon.api.bodies import MAX_INT
 from labd.errors import NotLeader
 
 #: Where the schema and its pages are served: open to all, they hold nothing of the lab's.
@@ -36,6 +40,10 @@ BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})
 #: Methods that change nothing: what a standby (``--ha``) still answers.
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+#: The most digits Python's JSON reads in an integer (int()'s guard against quadratic
+#: conversion; 0: none), and a run of more, which only a body beyond it can hold.
+DIGITS = sys.get_int_max_str_digits()
+LONG_RUN = re.compile(rb"[0-9]{%d}" % (DIGITS + 1))
 
 NO_KEY = ("a bearer token is required: send 'Authorization: Bearer <token>' with the "
           "daemon's token ($LABD_TOKEN or its token file, as labd run reports) or a key "
@@ -172,9 +180,7 @@ class Edge:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                # Kept open: a client still sending would lose this answer to the reset a
-                # close with unread data makes; the server drops the rest as it comes.
-                await answer(send, 413, too_large(self.max_body), close=False)
+                await answer(send, 413, too_large(self.max_body))
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -183,6 +189,11 @@ class Edge:
         if body and not utf8(body):
             await answer(send, 415, "a JSON body must be UTF-8, without a byte-order mark "
                                     "(UTF-16 and UTF-32 are refused)")
+            return None
+        if len(body) > DIGITS > 0 and too_long_number(body):
+            await answer(send, 422, f"the body holds a number of more than {DIGITS} digits, "
+                                    f"which is not read; the API's integers are at most "
+                                    f"{MAX_INT}")
             return None
         return body
 
@@ -221,6 +232,20 @@ def utf8(body: bytes) -> bool:
     return True
 
 
+def too_long_number(body: bytes) -> bool:
+    """Whether JSON's parser refuses ``body`` for an integer of too many digits (a long run
+    of digits in a string is no number: parsed to tell)."""
+    if LONG_RUN.search(body) is None:
+        return False
+    try:
+        json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return False  # answered by the app as any body that is not JSON
+    except ValueError:
+        return True
+    return False
+
+
 def too_large(limit: int) -> str:
     return (f"the body is larger than the daemon takes ({limit} bytes; labd run "
             "--max-body sets it)")
@@ -242,15 +267,15 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def answer(send: Send, status: int, detail: str,
-                 headers: dict[str, str] | None = None, *, close: bool = True) -> None:
-    """A refusal as the API's errors look (``{"detail": ...}``); ``close``: the connection
-    closes after it, so that a body not read is not read later either (a client sending a
-    large body should ask ``Expect: 100-continue``, and so hear the refusal before it
-    sends)."""
+                 headers: dict[str, str] | None = None) -> None:
+    """A refusal as the API's errors look (``{"detail": ...}``); the connection closes after
+    it, so that a body not read is not read later either (the server stops reading it at
+    once: server.py; a client sending a large body should ask ``Expect: 100-continue``, and
+    so hear the refusal before it sends)."""
     content = json.dumps({"detail": detail}).encode()
     raw: list[tuple[bytes, bytes]] = [
         (b"content-type", b"application/json"), (b"content-length", b"%d" % len(content)),
-        *([(b"connection", b"close")] if close else []),
+        (b"connection", b"close"),
         *((k.encode(), v.encode()) for k, v in (headers or {}).items())]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": content})

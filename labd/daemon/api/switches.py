@@ -72,7 +72,9 @@ async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
 
 
 async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
-    return await engine.reconfigure(switch, replace=dict(body.pairs), cause=body.cause,
+    # The pairs as given, not dict(body.pairs): a dict would keep a port's last pair and
+    # hide that it was given twice.
+    return await engine.reconfigure(switch, replace=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
 
