@@ -14,6 +14,7 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     ├── BusError               the MQTT broker or its settings cannot be used
     │   ├── PayloadError       a message too large, too deep or not JSON
     │   └── RefusedMessage     a message not signed by who it claims, or replayed
+    │       └── AlreadyTaken   the very message taken before (a retained copy, or a replay)
     ├── AccessError            the API's access file, token file or TLS settings cannot be used
     ├── RequestError           a request that cannot be carried out as asked  (HTTP 422)
     │   ├── NotFound           it names something the lab does not have       (404)
@@ -44,6 +45,8 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
 """
 
 from __future__ import annotations
+
+import asyncio
 
 
 class LabdError(Exception):
@@ -76,6 +79,11 @@ class PayloadError(BusError):
 class RefusedMessage(BusError):
     """A message from the bus is not signed by who it claims to come from, or is a replay;
     it changes nothing."""
+
+
+class AlreadyTaken(RefusedMessage):
+    """A sealed message that was taken already: a replay, or a broker's retained copy read
+    again by a new subscription (which is no fault)."""
 
 
 class AccessError(LabdError):
@@ -193,3 +201,18 @@ class RunError(LabdError):
 
 class DrillError(LabdError):
     """A drill could not be run as asked."""
+
+
+def unwrap(error: BaseException,
+           expected: tuple[type[BaseException], ...] = ()) -> BaseException:
+    """The exception that says why: a leaf of an exception group, however deeply nested (a
+    TaskGroup inside a library's TaskGroup nests them; before Python 3.11.4 even a raise in
+    an ``except*`` block did), and ``error`` itself when it is no group. A leaf that is not
+    ``expected`` (a bug beside a lost connection) wins over one that is, so that it is not
+    lost; a cancellation is a leaf only where nothing else is."""
+    if not isinstance(error, BaseExceptionGroup):
+        return error
+    leaves = [unwrap(inner, expected) for inner in error.exceptions]
+    ranked = sorted(leaves, key=lambda leaf: (isinstance(leaf, asyncio.CancelledError),
+                                              isinstance(leaf, expected)))
+    return ranked[0]

@@ -27,7 +27,8 @@ from labd.agent.health import Health, Verdict, classify_host
 from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, command_opener, http_link, mqtt_link
 from labd.agent.nics import NIC_POLL_S, Nics
-from labd.errors import AgentError, LinkDown, SmiError
+from labd.errors import AgentError, LinkDown, SmiError, unwrap
+from labd.mqtt.client import backoff
 from labd.mqtt.credentials import BusSettings
 
 log = logging.getLogger(__name__)
@@ -107,12 +108,18 @@ class Agent:
         return http_link(self.daemon, self.token, self.host)
 
     async def run(self) -> None:
-        """Report until cancelled; reconnect by itself."""
-        delay, said = 0.1, ""
+        """Report until cancelled; reconnect by itself (labd.mqtt.client.backoff). An
+        outage is one warning as it begins and one line as it ends, whatever it lasts."""
+        tries, said, lost_at = 0, "", None
         while True:
             try:
                 async with self._connect() as link:
-                    delay, said = 0.1, ""
+                    tries, said = 0, ""
+                    if lost_at is not None:
+                        log.warning("host %s reaches the daemon again, after %.1f s",
+                                    self.host, time.monotonic() - lost_at,
+                                    extra={"host": self.host})
+                        lost_at = None
                     self.ready.set()
                     try:
                         await self._session(link)
@@ -126,12 +133,14 @@ class Agent:
                     log.exception("host %s: the agent's session failed; reconnecting", self.host,
                                   extra={"host": self.host})
                 elif str(exc) != said:  # once per reason: a refused key must show, not spam
-                    log.warning("host %s cannot reach the daemon (%s); retrying", self.host,
-                                exc, extra={"host": self.host})
+                    log.log(logging.WARNING if lost_at is None else logging.INFO,
+                            "host %s cannot reach the daemon (%s); retrying", self.host,
+                            exc, extra={"host": self.host})
                 said = str(exc)
+                lost_at = time.monotonic() if lost_at is None else lost_at
                 self.ready.clear()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(backoff(tries))
+                tries += 1
 
     async def _session(self, link: AgentLink) -> None:
         try:
@@ -141,8 +150,8 @@ class Agent:
                 group.create_task(self._commands(link))
                 if self.nics is not None and self.watch_links:
                     group.create_task(self._watch_links())
-        except* LinkDown as errors:
-            raise errors.exceptions[0] from None  # the daemon is out of reach: reconnect
+        except BaseExceptionGroup as errors:  # the daemon out of reach, most likely
+            raise unwrap(errors, (LinkDown,)) from None
 
     async def _send_events(self, link: AgentLink) -> None:
         while True:

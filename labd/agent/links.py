@@ -28,6 +28,7 @@ from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.payload import check
 from labd.mqtt.topics import host_root
+from labd.repeats import Repeats
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class MqttLink:
                  opener: Opener | None, host: str = "") -> None:
         self.client, self.prefix, self.sealer, self._opener = client, prefix, sealer, opener
         self.host = host
+        self._refused = Repeats()
 
     async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
         topic = f"{self.prefix}/{kind}"
@@ -77,8 +79,11 @@ class MqttLink:
                     else:
                         check(raw, what="job command")
                 except BusError as exc:  # anyone on the broker may publish here
-                    log.warning("host %s: command on %s refused: %s", self.host,
-                                message.topic, exc, extra={"host": self.host})
+                    told = self._refused.tell(type(exc).__name__)
+                    if told is not None:
+                        log.warning("host %s: command on %s refused: %s%s", self.host,
+                                    message.topic, exc, told.suffix(),
+                                    extra={"host": self.host})
                     continue
                 yield raw
         except aiomqtt.MqttError as exc:
@@ -119,8 +124,10 @@ async def mqtt_link(settings: BusSettings, lab: str, host: str,
         async with session(**settings.login(), will=will,
                            identifier=client_id(prefix, key)) as client:
             link = MqttLink(client, prefix, sealer, opener, host)
-            await link.publish("status", b"online")
+            # Listening before saying online: the daemon may answer "online" with a job
+            # command at once (a degraded job healing), and it must not be missed.
             await subscribe(client, f"{prefix}/job", qos=1)
+            await link.publish("status", b"online")
             yield link
     except aiomqtt.MqttError as exc:
         raise LinkDown(f"MQTT broker {settings.url}: {exc}") from None

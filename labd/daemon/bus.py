@@ -32,7 +32,6 @@ import collections
 import contextlib
 import json
 import logging
-import random
 import secrets
 import time
 from collections.abc import Callable
@@ -42,13 +41,14 @@ import aiomqtt
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from labd.daemon.api.bodies import MAX_PAIRS, Port
-from labd.errors import BusError, RequestError
+from labd.errors import AlreadyTaken, BusError, RequestError, unwrap
 from labd.hosts.feed import PAUSE_AT, FeedProtocol, HostFeed, Message
-from labd.mqtt.client import publish, session, subscribe
+from labd.mqtt.client import backoff, publish, session, subscribe
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
 from labd.mqtt.payload import loads
 from labd.mqtt.topics import lab_root
+from labd.repeats import Repeats
 
 if TYPE_CHECKING:
     from labd.daemon.services import Services
@@ -77,32 +77,27 @@ class Command(BaseModel):
 
 
 class Complaints:
-    """Warning events about refused messages, at most one per ``who`` every
-    :data:`COMPLAINT_EVERY_S`, with how many were refused in between: a flood of bad
-    messages must not become a flood of events (which go back out on the bus)."""
+    """Warning events (and log lines) about refused messages, through one limiter
+    (labd.repeats): at most one per ``who`` every :data:`COMPLAINT_EVERY_S` and a bounded
+    number in all, each with how many were held back, so that a flood of bad messages, from
+    however many made-up senders, does not become a flood of events (which go back out on
+    the bus)."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self._last: dict[str, float] = {}
-        self._quiet: dict[str, int] = {}
+        self.repeats = Repeats(COMPLAINT_EVERY_S)
         self.count = 0
         """Messages refused so far."""
 
     def __call__(self, who: str, detail: str) -> None:
         self.count += 1
-        now = time.monotonic()
-        if now - self._last.get(who, -COMPLAINT_EVERY_S) < COMPLAINT_EVERY_S:
-            self._quiet[who] = self._quiet.get(who, 0) + 1
+        told = self.repeats.tell(who)
+        if told is None:
             return
-        if len(self._last) > 4096:  # bounded, whatever names the senders make up
-            self._last.clear()
-            self._quiet.clear()
-        self._last[who] = now
-        quiet = self._quiet.pop(who, 0)
-        more = f" ({quiet} more refused since the last warning)" if quiet else ""
-        log.warning("MQTT: %s%s", detail, more, extra={"host": who.removeprefix("host ")}
+        detail += told.suffix()
+        log.warning("MQTT: %s", detail, extra={"host": who.removeprefix("host ")}
                     if who.startswith("host ") else None)
-        self.services.hub.publish("warning", {"detail": detail + more, "source": "mqtt"})
+        self.services.hub.publish("warning", {"detail": detail, "source": "mqtt"})
 
 
 class MqttBridge:
@@ -127,6 +122,8 @@ class MqttBridge:
         self._clients = Opener(creds.clients.get)
         self._sealers: dict[str, Sealer] = {}
         self.complain = Complaints(services)
+        self._outage = Repeats(60.0)
+        self._confirming: dict[str, asyncio.Future[None]] = {}
         # Agent messages read off the broker and not yet handled, oldest first.
         self._inbox: collections.deque[Message] = collections.deque()
         self._draining = False
@@ -198,29 +195,43 @@ class MqttBridge:
             await asyncio.gather(*self._commands, return_exceptions=True)
 
     async def _run(self) -> None:
-        delay = 0.1
+        tries = 0
+        lost_at: float | None = None
         will = aiomqtt.Will(f"{self.prefix}/daemon", "offline", qos=1, retain=True)
         while True:
             leading = self.leading()
             try:
                 async with session(**self.settings.login(), will=will if leading else None,
                                    identifier=f"labd-{secrets.token_hex(4)}") as client:
-                    delay = 0.1
+                    tries = 0
+                    if lost_at is not None:
+                        log.warning("MQTT broker %s:%d: back after %.1f s", self.host,
+                                    self.port, time.monotonic() - lost_at)
+                        lost_at = None
                     await self._session(client, leading)
             except _Leading:
                 continue  # at once, as the leader
             except aiomqtt.MqttError as exc:
-                log.warning("MQTT broker %s:%d: %s; retrying in %.1f s", self.host, self.port,
-                            exc, delay)
+                # One line as the broker goes, one as it comes back; the tries between
+                # are for whoever asks with -v (and a reminder now and then).
+                told = self._outage.tell("broker")
+                level = logging.WARNING if lost_at is None or told else logging.INFO
+                log.log(level, "MQTT broker %s:%d: %s; %s", self.host, self.port, exc,
+                        "still trying" if lost_at is not None else
+                        "the daemon reconnects by itself, and judges no host until its "
+                        "agents have had time to come back")
+                lost_at = time.monotonic() if lost_at is None else lost_at
+                self.services.hosts.link_down(str(exc) or type(exc).__name__)
             except Exception as exc:  # our own bug must not silence the bus for good
                 self.restarts += 1
                 log.exception("the MQTT bridge failed; starting it again")
                 self.services.hub.publish("warning", {
                     "detail": f"the MQTT bridge failed ({type(exc).__name__}: {exc}); it "
-                              f"starts again in {delay:.1f} s", "source": "mqtt"})
+                              "starts again by itself", "source": "mqtt"})
+                self.services.hosts.link_down(f"the bridge failed: {type(exc).__name__}")
             self.connected.clear()
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, 10.0)
+            await asyncio.sleep(backoff(tries))
+            tries += 1
 
     async def _session(self, client: aiomqtt.Client, leading: bool = True) -> None:
         """One broker session. A standby's (not ``leading``) hears the hosts' topics and
@@ -244,6 +255,7 @@ class MqttBridge:
                 async with self._session_started:
                     self.sessions += 1
                     self._session_started.notify_all()
+                self.services.hosts.link_up()
                 async with asyncio.TaskGroup() as group:
                     group.create_task(HostFeed.keep(protocol))
                     group.create_task(self._probe(client))
@@ -252,8 +264,8 @@ class MqttBridge:
                         group.create_task(self._messages(client))
                     else:
                         group.create_task(self._until_leading())
-        except* Exception as group_error:  # the first failure says why the session ended
-            raise group_error.exceptions[0] from None
+        except BaseExceptionGroup as group_error:  # one failure says why it ended
+            raise unwrap(group_error, (aiomqtt.MqttError, _Leading)) from None
         finally:
             self._client = None
             self._feed = None
@@ -415,9 +427,28 @@ class MqttBridge:
     def _probe_heard(self, payload: bytes) -> None:
         # Only our own, once each: anyone may publish here on an open broker, but only the
         # daemon knows the tokens (a replay of one already heard says nothing new).
-        sent = self._probes.pop(payload.decode(errors="replace"), None)
+        token = payload.decode(errors="replace")
+        sent = self._probes.pop(token, None)
         if sent is not None:
             self.services.hosts.heard(sent)
+        waiter = self._confirming.pop(token, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _round_trip(self, client: aiomqtt.Client) -> bool:
+        """Whether a probe sent now comes back within a second: the broker delivers what
+        is sent from now on (it is not, say, shutting down)."""
+        token = secrets.token_hex(8)
+        waiter = self._confirming[token] = asyncio.get_running_loop().create_future()
+        try:
+            await publish(client, f"{self.prefix}/daemon/probe", token, qos=0)
+            async with asyncio.timeout(1.0):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._confirming.pop(token, None)
 
     def _from_host(self, topic: str, host: str, kind: str, payload: bytes,
                    retained: bool) -> None:
@@ -436,6 +467,8 @@ class MqttBridge:
         try:
             _, body = self._hosts.open(topic, payload, sender=host, retained=retained)
         except BusError as exc:  # refused, or too large or too deep to read
+            if retained and isinstance(exc, AlreadyTaken):
+                return  # the broker's copy of a status already taken, read again
             hint = "" if self.settings.credentials.hosts.get(host) else (
                 f"; the daemon has no key for host {host}: give it --mqtt-credentials "
                 "(labd broker-config LAB)")
@@ -448,6 +481,10 @@ class MqttBridge:
         """Someone else said the daemon is offline while it runs (an impostor, or a will
         delivered late): say it again, so that the lab's subscribers see the truth."""
         if payload == b"offline" and self.connected.is_set() and not self._leaving:
+            # A broker shutting down delivers every client's last will, ours too: only
+            # one that still delivers afterwards has been told something false.
+            if not await self._round_trip(client):
+                return
             self.complain("daemon topic", f"{self.prefix}/daemon was set to 'offline' (by "
                                           "another client, or a late last will of an earlier "
                                           "connection); said 'online' again")
@@ -482,7 +519,7 @@ class MqttBridge:
         try:
             result = await self.services.engine.reconfigure(
                 switch, connect=command.connect or (), disconnect=command.disconnect or (),
-                replace=dict(command.replace) if command.replace is not None else None,
+                replace=command.replace,
                 cause="api", verify_light=command.verify_light)
         except RequestError as exc:
             return {"request_id": command.id, "error": str(exc)}

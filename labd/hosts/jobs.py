@@ -16,7 +16,10 @@ waits for it, then sees the job as that recovery left it. Every recovery ends in
 outcome: ``recovered``, ``no-spare``, ``declined``, ``recorded`` (policy ``off``),
 ``failed`` (a switch refused or light did not arrive), ``timeout`` (links or the restarted
 job did not come up in time), or ``skipped`` (the member had already been replaced). A member
-left failed is not reported again; returning a spare to the pool retries it.
+left failed is not reported again; returning a spare to the pool retries it. A degraded job
+heals by itself: when a host comes back online or a GPU healthy, it is restarted where it
+ran if every member can run again (trigger ``member-back``), or recovered onto a spare that
+is usable now (``spare-back``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from labd.fabric.engine import Engine, Result
 from labd.hosts.monitor import HostMonitor
 from labd.hosts.spares import Replacement, choose_spare
 from labd.lab.file import JobEntry, Lab
-from labd.lab.wiring import trace_circuit
+from labd.lab.wiring import CircuitRoute, trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
 from labd.store.store import Store
 from labd.vocabulary import ACTIVE, STAGES
@@ -114,6 +117,8 @@ class JobState:
     failed: set[str] = field(default_factory=set)
     """Members known failed that no recovery replaced: further reports of them are not new
     failures; a spare returned to the pool retries them."""
+    healing: bool = False
+    """A look at whether the degraded job can run again is queued."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.entry.id, "topology": self.entry.topology,
@@ -320,10 +325,28 @@ class JobManager:
         progress, links and status wake the recoveries waiting on them."""
         if not self.acting:
             return
+        self._heal_on(event)
         self._on_event(event)
         if event.kind in ("job.progress", "nic.link", "host.status", "host.lost"):
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()
+
+    def _heal_on(self, event: Event) -> None:
+        """A host back online, or a GPU healthy again, may let a degraded job run again:
+        each such job gets a look (queued behind whatever its worker is doing)."""
+        data = event.data
+        back = (event.kind == "host.status" and data.get("status") == "online") or (
+            event.kind == "gpu.health" and data.get("health") == "healthy")
+        if not back:
+            return
+        for state in self.jobs.values():
+            if state.status == "degraded" and not state.healing and \
+                    state.entry.recovery != "off":
+                state.healing = True
+                state.queue.put_nowait(Failure(
+                    state.entry.id, "", str(data.get("host")), None, "member-back",
+                    [f"host {data.get('host')} {data.get('status') or 'GPU healthy'}"],
+                    None, None, event.at_ns))
 
     def _on_event(self, event: Event) -> None:
         data = event.data
@@ -462,7 +485,60 @@ class JobManager:
             return f"GPU {gpu} of {host.id} is {health or 'not reported'}"
         return None
 
+    async def _heal(self, state: JobState, failure: Failure) -> None:
+        """A degraded job, once something came back: every member usable again, it is
+        restarted where it is (a recovery with trigger ``member-back``); a member still
+        down, it is recovered onto a spare that is usable now; otherwise it stays
+        degraded, and nothing is recorded."""
+        state.healing = False
+        if state.status != "degraded":
+            return
+        down = [m for m in state.members if self._member_problem(m) is not None]
+        if down:
+            if any(self._unusable(s) is None for s in state.spares):
+                where = self.lab.placement(down[0])
+                await self._recover(state, Failure(
+                    state.entry.id, down[0], where[0].id if where else "",
+                    where[1] if where else None, "spare-back",
+                    [f"a spare is usable again ({failure.reasons[0]})"], None, None,
+                    failure.detected_ns))
+            return
+        timeline = Timeline(state.entry.id, "member-back",
+                            ", ".join(sorted(state.failed)) or "every member",
+                            failure.host, None, failure.reasons,
+                            {"failure": None, "reported": None,
+                             "detected": failure.detected_ns})
+        state.status = "recovering"
+        self.store.run_write_nowait(self._saving(timeline))
+        state.epoch += 1
+        state.progress = {}
+        timeline.epoch = state.epoch
+        now = time.monotonic_ns()
+        problem = await self._restart(state, timeline, [], self._hosts_of(state.members),
+                                      now, now)
+        if problem is not None:
+            await self._finish(state, timeline, *problem, status="degraded")
+        else:
+            state.failed.clear()
+            await self._finish(state, timeline, "recovered", "every member is back: the job "
+                               "was restarted where it ran", status="running")
+
+    def _member_problem(self, endpoint: str) -> str | None:
+        """Why a job's own member cannot run its rank now (None: it can)."""
+        where = self.lab.placement(endpoint)
+        if where is None:
+            return "no NIC of a host"
+        seen = self.hosts.hosts.get(where[0].id)
+        if seen is None or seen.status != "online":
+            return f"host {where[0].id} is {seen.status if seen else 'unknown'}"
+        if seen.gpu_health(where[1]) == "failed":
+            return f"GPU {where[1]} of {where[0].id} failed"
+        return None
+
     async def _recover(self, state: JobState, failure: Failure) -> None:
+        if failure.trigger == "member-back":
+            await self._heal(state, failure)
+            return
         timeline = Timeline(state.entry.id, failure.trigger, failure.member, failure.host,
                             failure.gpu, failure.reasons,
                             {"failure": failure.failure_ns, "reported": failure.reported_ns,
@@ -471,7 +547,8 @@ class JobManager:
             await self._finish(state, timeline, "skipped",
                                f"{failure.member} had already been replaced")
             return
-        if failure.member in state.failed and failure.trigger != "spare-returned":
+        if failure.member in state.failed and failure.trigger not in ("spare-returned",
+                                                                       "spare-back"):
             return  # another report of a failure already recorded
         if state.entry.recovery == "off":
             await self._finish(state, timeline, "recorded", "recovery is off for this job",
@@ -549,8 +626,9 @@ class JobManager:
         state.progress = {}
         timeline.epoch = state.epoch
         try:
-            problem = await self._restart(state, timeline, plan, dispatched,
-                                          max(acked.values()))
+            problem = await self._restart(state, timeline, plan.made,
+                                          self._hosts_of(plan.members) | {timeline.host},
+                                          dispatched, max(acked.values()))
         finally:
             results = await rewiring
         light = [t for r in results if (t := r.phases.get("light")) is not None]
@@ -579,12 +657,13 @@ class JobManager:
         # reported as drift by the engine's read-back.
         await self._finish(state, timeline, "failed", detail, status="degraded")
 
-    async def _restart(self, state: JobState, timeline: Timeline, plan: Replacement,
-                       dispatched: int, acked: int) -> tuple[str, str] | None:
-        """Wait for the links, restart the job, follow it to its first step; (outcome,
-        detail) if that did not happen."""
+    async def _restart(self, state: JobState, timeline: Timeline, made: list[CircuitRoute],
+                       hosts: set[str], dispatched: int, acked: int
+                       ) -> tuple[str, str] | None:
+        """Wait for the links of the circuits ``made``, restart the job on ``hosts``, follow
+        it to its first step; (outcome, detail) if that did not happen."""
         try:
-            links = await self._wait_for(lambda: self._links_up(plan, dispatched, acked),
+            links = await self._wait_for(lambda: self._links_up(made, dispatched, acked),
                                          state.entry.link_timeout_s)
         except TimeoutError:
             return "timeout", (f"the new circuits' NIC links did not come up within "
@@ -592,8 +671,7 @@ class JobManager:
         if links > 0:
             self._stage(timeline, "links_up", links)
         try:
-            await self._command(state, self._hosts_of(plan.members) | {timeline.host},
-                                "start")
+            await self._command(state, hosts, "start")
         except LabdError as exc:
             return "failed", f"restart not sent: {exc}"
         world = len(state.members)
@@ -610,13 +688,13 @@ class JobManager:
             return "failed", str(exc)
         return None
 
-    def _links_up(self, plan: Replacement, dispatched: int, acked: int) -> int | None:
+    def _links_up(self, made: list[CircuitRoute], dispatched: int, acked: int) -> int | None:
         """When every receiving NIC of a new circuit was up (0: none of them reports its
         link, so there is nothing to wait for); None while one is still down. A link that
         came up after the switches were told counts from then; one seen up all along, from
         the acknowledgement (the earliest moment it is known to carry the new circuit)."""
         latest = 0
-        for route in plan.made:
+        for route in made:
             where = self.lab.placement(route.dst)
             host = self.hosts.hosts.get(where[0].id) if where else None
             if host is None or route.dst not in host.nics:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from labd.errors import PayloadError
 from labd.events import Event, EventHub
+from labd.mqtt.client import RECONNECT_MAX_S
 from labd.mqtt.payload import check
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,14 @@ MASS_SHARE = 0.1
 #: A host held this long past its time (in intervals) is worth a ``hosts.unsure`` event;
 #: shorter holds (a few ms of a broker's delivery) are ordinary.
 UNSURE_AFTER = 0.1
+#: How long the agents may take to reconnect once the daemon has: the longest wait of
+#: their backoff, and a second to connect through a broker that is busy taking them all back.
+RECONNECT_GRACE_S = RECONNECT_MAX_S + 1.0
 #: How often the watchdog looks at least (a heartbeat never makes it look sooner).
 TICK_S = 0.005
+#: A watchdog woken this late, as a share of the shortest heartbeat interval, says the
+#: daemon could not listen: an unsure episode, however short.
+LAG_SHARE = 0.5
 STATUSES = ("online", "offline", "lost", "unknown")
 #: An online host whose time is up: its state, its last heartbeat's send time, and the
 #: moment its allowance ran out (daemon clock).
@@ -177,6 +184,26 @@ class HostMonitor:
         self._evidence = asyncio.Event()
         self._gone: deque[int] = deque()
         """When hosts were declared lost by silence lately (the mass rule's memory)."""
+        self.reconnect_s = RECONNECT_GRACE_S
+        """How long the hosts' agents may take to reconnect after the daemon has: part of
+        the unsure episode that a loss of the broker link begins."""
+        self.link_down_since: int | None = None
+        """Since when the daemon's link to the broker has been down (None: up, or no
+        broker)."""
+        self._link_reason = ""
+        self._grace_until = 0
+        """When the agents' time to reconnect ends (0: not reconnecting)."""
+        self._awaited: set[str] = set()
+        """Hosts online when the link went down and not heard since it came back: once
+        none is left, the agents' time to reconnect ends early."""
+        self.episode_end_ns = 0
+        """When the last unsure episode that held every verdict ended: no host is declared
+        lost before 1.5 intervals after it (docs/daemon.md, "When a host is lost")."""
+        self._lagged: str | None = None
+        self._offline: dict[str, int] = {}
+        """Hosts that said ``offline`` (a last will, or an agent that stopped), and when:
+        believed once the bridge's probe sent after it comes back, so that the wills a
+        broker delivers as it shuts down change nothing."""
 
     def listen(self, listener: HostListener) -> None:
         """Call ``listener.host_event`` with every host event from now on."""
@@ -204,6 +231,50 @@ class HostMonitor:
         """Agent messages arrived but not yet handled."""
         return sum(source() for source in self._backlogs)
 
+    # -- the broker link (the bridge tells) -----------------------------------------------
+    def link_down(self, reason: str) -> None:
+        """The daemon's link to the broker is down: an unsure episode begins (or goes on),
+        and the ``offline`` statuses not yet believed are dropped (a broker going away
+        delivers its clients' last wills as it goes)."""
+        now = time.monotonic_ns()
+        self._link_reason = reason
+        self._offline.clear()
+        if self.link_down_since is None:
+            self.link_down_since = now
+            if not self._grace_until:
+                self._awaited = {s.id for s in self.hosts.values() if s.status == "online"}
+            self._grace_until = 0
+        self._evidence.set()
+
+    def link_up(self) -> None:
+        """The link is back: the agents have :attr:`reconnect_s` to be heard again (less,
+        once every host online before has been)."""
+        if self.link_down_since is None:
+            return
+        self.link_down_since = None
+        self._grace_until = time.monotonic_ns() + int(self.reconnect_s * 1e9)
+        self._evidence.set()
+
+    def _grace_over(self, at: int) -> None:
+        self._grace_until = 0
+        self._awaited.clear()
+        self.episode_end_ns = max(self.episode_end_ns, at)
+
+    def causes(self, now: int | None = None) -> list[str]:
+        """Why the daemon cannot hear its hosts now (nothing: it can); ends the agents'
+        time to reconnect when it is over."""
+        now = time.monotonic_ns() if now is None else now
+        if self.link_down_since is not None:
+            return [f"the daemon's link to the MQTT broker is down ({self._link_reason}; for "
+                    f"{(now - self.link_down_since) / 1e9:.1f} s)"]
+        if self._grace_until:
+            if now < self._grace_until and self._awaited:
+                return [f"the daemon is back on the MQTT broker and its hosts' agents have "
+                        f"until {self.reconnect_s:g} s after to reconnect "
+                        f"({len(self._awaited)} not heard yet)"]
+            self._grace_over(min(now, self._grace_until))
+        return []
+
     def heard(self, sent_ns: int) -> None:
         """Something sent at ``sent_ns`` (daemon clock) went through the broker and has been
         read: the bridge's probe of its own path, evidence that the daemon hears in time."""
@@ -213,6 +284,8 @@ class HostMonitor:
     def _heard_at(self, sent_ns: int) -> None:
         """Evidence sent at ``sent_ns`` has been read (a probe, or any host's heartbeat):
         the watchdog is woken at once if hosts wait for evidence that recent."""
+        if self._offline:
+            self._believe_offline(sent_ns)
         if sent_ns > self.heard_ns:
             self.heard_ns = sent_ns
             if self._wanted_ns is not None and sent_ns >= self._wanted_ns:
@@ -269,6 +342,10 @@ class HostMonitor:
                 return None  # a retained status being cleared
             if text not in ("online", "offline"):
                 return self._bad(host, kind, f"status {text!r} is not online or offline")
+            if text == "offline" and state.status == "online" and self.probed:
+                self._said_offline(state)
+                return None
+            self._offline.pop(host, None)
             self._set_status(state, text)
             return None
         try:
@@ -297,6 +374,8 @@ class HostMonitor:
                 return self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
             # The verdict holds from now, before the next heartbeat repeats it.
             entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
+            if entry is not None and entry.get("health") == data["health"]:
+                return None  # told already, by a heartbeat that overtook this event
             if entry is None:
                 if len(state.gpus) >= MAX_GPUS:
                     return self._bad(host, kind, f"more than {MAX_GPUS} GPUs")
@@ -307,6 +386,28 @@ class HostMonitor:
             self._publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
                 "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
         return None
+
+    def _said_offline(self, state: HostState) -> None:
+        """An online host said ``offline``: believed once the broker is shown to deliver
+        after it (the bridge's probe, asked for now), and not at all during an unsure
+        episode: a broker shutting down delivers every agent's last will."""
+        if self.causes():
+            log.info("host %s said offline while the daemon cannot hear its hosts: left to "
+                     "its heartbeats", state.id, extra={"host": state.id})
+            return
+        now = time.monotonic_ns()
+        self._offline[state.id] = now
+        if self._ask_probe is not None:
+            self._asked_ns = now
+            self._ask_probe()
+
+    def _believe_offline(self, sent_ns: int) -> None:
+        for host, said in list(self._offline.items()):
+            if said <= sent_ns:
+                del self._offline[host]
+                state = self.hosts[host]
+                if state.status == "online":
+                    self._set_status(state, "offline")
 
     def _heartbeat(self, state: HostState, data: dict[str, Any]) -> str | None:
         gpus = data.get("gpus")
@@ -327,6 +428,10 @@ class HostMonitor:
         else:
             state.slow_ns //= 2
         state.deaf_mark_ns = self.deaf_ns
+        if self._awaited and self.link_down_since is None:
+            self._awaited.discard(state.id)
+            if not self._awaited and self._grace_until:
+                self._evidence.set()  # every host is back: the episode may end now
         interval = data.get("interval_s")
         # Bounded: the loss deadline is worked out from it (inf would stop the watch).
         interval_s = float(interval) if isinstance(interval, int | float) and (
@@ -338,8 +443,17 @@ class HostMonitor:
             else state.nics
         # What most heartbeats say is what the last one said: kept as it is, so that the
         # host's JSON is not made again.
+        told: list[dict[str, Any]] = []
         if (gpus != state.gpus or nic_map != state.nics or error != state.error
                 or interval_s != state.interval_s):
+            if gpus != state.gpus:
+                # A verdict the daemon learns here first (its event was sent while the
+                # daemon was not listening: it started after the agent, or the broker was
+                # away) is told as the event would have told it.
+                known = {g.get("index"): g.get("health") for g in state.gpus}
+                told = [{"gpu": g["index"], "health": g["health"],
+                         "was": known.get(g["index"]), "reasons": g.get("reasons")}
+                        for g in gpus if known.get(g["index"]) != g["health"]]
             state.gpus, state.nics, state.error = gpus, nic_map, error
             if interval_s != state.interval_s:
                 self._unwatch(state)
@@ -349,6 +463,9 @@ class HostMonitor:
             self._set_status(state, "online")
         else:
             self._rewatch(state)
+        for verdict in told:
+            self._publish("gpu.health", {"host": state.id, **verdict, "at_ns": None,
+                                         "since_ns": None, "source": "heartbeat"})
         return None
 
     def _unwatch(self, state: HostState) -> None:
@@ -430,7 +547,13 @@ class HostMonitor:
         planned = time.monotonic_ns()
         while True:
             now = time.monotonic_ns()
-            self.deaf_ns += max(0, now - planned - LATE_NS)
+            late = now - planned - LATE_NS
+            self.deaf_ns += max(0, late)
+            if self._watch and late > LAG_SHARE * min(self._watch) * 1e9:
+                # Deaf for a good part of an interval: an episode of its own, over now.
+                self.episode_end_ns = max(self.episode_end_ns, now)
+                self._lagged = (f"the daemon's loop woke {late / 1e6:.0f} ms late (it was "
+                                "busy, or its process got no CPU)")
             wake_ns = await self._look(now)
             now = time.monotonic_ns()
             wait_s = min(max((wake_ns - now) / 1e9, TICK_S), 1.0)
@@ -450,6 +573,10 @@ class HostMonitor:
         wake = now + 1_000_000_000
         for interval, group in list(self._watch.items()):
             allowance = int(MISSED * interval * 1e9)
+            if self.episode_end_ns + allowance > now:
+                # Nobody is due before 1.5 intervals after the last unsure episode ended.
+                wake = min(wake, self.episode_end_ns + allowance)
+                continue
             # In the order they were heard: a host heard later cannot be due earlier, as
             # its allowance counts from its send time plus at least its delivery.
             for state in group.values():
@@ -469,8 +596,17 @@ class HostMonitor:
         return due, held, wake
 
     async def _look(self, now: int) -> int:
+        reasons = self.causes(now)
+        if reasons:
+            # Whatever went silent meanwhile is judged from the episode's end on.
+            self.episode_end_ns = now
+            self._announce(now, [], reasons, deaf=True)
+            # Woken sooner by the link coming back, or by the last awaited host's heartbeat.
+            return min(self._grace_until or now + 1_000_000_000, now + 1_000_000_000)
+        if self._lagged is not None:
+            reasons.append(self._lagged)
+            self._lagged = None
         due, held, wake = self._due(now)
-        reasons: list[str] = []
         if held:
             reasons.append("the daemon could not listen for a while (its loop was busy, or "
                            "its process got no CPU), or its hosts' heartbeats have been "
@@ -522,14 +658,19 @@ class HostMonitor:
         return wake
 
     def _announce(self, now: int, held: list[tuple[HostState, int, int]],
-                  reasons: list[str]) -> None:
-        """``hosts.unsure`` as an episode of holding hosts past their time begins and ends."""
+                  reasons: list[str], *, deaf: bool = False) -> None:
+        """``hosts.unsure`` as an episode begins (the daemon cannot hear: ``deaf``, or it
+        holds hosts past their time) and ends."""
         long = [(s, base) for s, _, base in held if s.status == "online"
                 and now - base > UNSURE_AFTER * (s.interval_s or 1.0) * 1e9]
-        if long and self.unsure is None:
+        if deaf and self.unsure is None:
+            online = [s.id for s in self.hosts.values() if s.status == "online"]
+            self.unsure = {"hosts": len(online), "lost": 0, "since_ns": now}
+            self._publish_unsure(True, len(online), reasons, online[:10])
+        elif long and self.unsure is None:
             self.unsure = {"hosts": len(long), "lost": 0, "since_ns": min(b for _, b in long)}
             self._publish_unsure(True, len(long), reasons, [s.id for s, _ in long[:10]])
-        elif not held and self.unsure is not None:
+        elif not held and not deaf and self.unsure is not None:
             episode, self.unsure = self.unsure, None
             self._publish_unsure(False, 0, [], [], lost=episode["lost"],
                                  held_ms=(now - episode["since_ns"]) / 1e6)
@@ -538,7 +679,7 @@ class HostMonitor:
 
     def _publish_unsure(self, waiting: bool, hosts: int, reasons: list[str],
                         sample: list[str], **more: Any) -> None:
-        detail = (f"{hosts} hosts look silent, but the daemon cannot tell yet: "
+        detail = (f"{hosts} hosts may be silent, but the daemon cannot tell yet: "
                   f"{'; '.join(reasons)}; waiting for evidence before declaring any lost"
                   if waiting else "the daemon hears its hosts in time again")
         self.hub.publish("hosts.unsure", {"waiting": waiting, "hosts": hosts,

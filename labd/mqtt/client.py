@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
@@ -39,12 +40,44 @@ WIRE = logging.getLogger("labd.mqtt.wire")
 WIRE.addFilter(_Wire())
 
 
+class _Client(aiomqtt.Client):
+    """aiomqtt's client, less one race (aiomqtt 2.5.1): paho asks for a write watch on its
+    socket and aiomqtt schedules it for the loop with the socket's number read then; when
+    the connection closes before the loop gets there (a publish into a broker that just
+    died), asyncio's ``add_writer`` meets a closed descriptor and logs an ERROR with a
+    traceback (uvloop: a RuntimeError for its closed handle). Here the number is read when
+    the watch is made, a closed socket (-1) gets none, and one that closes under it ends
+    the session as a lost connection does; a number reused meanwhile by another socket is
+    never watched by mistake."""
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        def written() -> None:
+            try:
+                client.loop_write()
+            except Exception as exc:  # a broken pipe: the connection is gone
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+
+        def watch() -> None:
+            fileno = sock.fileno()
+            if fileno < 0:
+                return
+            try:
+                self._loop.add_writer(fileno, written)
+            except (OSError, RuntimeError) as exc:  # uvloop: the socket's handle closed
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(
+                        aiomqtt.MqttError(f"the connection closed under a write: {exc}"))
+
+        self._loop.call_soon_threadsafe(watch)
+
+
 @contextlib.asynccontextmanager
 async def session(**options: Any) -> AsyncIterator[aiomqtt.Client]:
     """``async with aiomqtt.Client(**options)``, sending small messages at once, and ending
     without a word of its own when the broker goes: the caller reports that (and
     reconnects)."""
-    client = aiomqtt.Client(**options, socket_options=NO_DELAY, logger=WIRE)
+    client = _Client(**options, socket_options=NO_DELAY, logger=WIRE)
     try:
         async with client:
             yield client
@@ -121,3 +154,17 @@ def broker_reachable(url: str) -> str | None:
     except (OSError, LabdError) as exc:
         return str(exc)
     return None
+
+
+#: The longest an MQTT client of labd waits between two tries to reach the broker. The
+#: daemon gives its hosts' agents this long (and a little) to come back after it has
+#: (labd.hosts.monitor): the two are one setting.
+RECONNECT_MAX_S = 5.0
+
+
+def backoff(tries: int) -> float:
+    """How long to wait before try ``tries + 1`` to reach the broker: doubling from 0.1 s
+    up to :data:`RECONNECT_MAX_S`, each wait drawn at random from its upper half so that a
+    pod's agents do not all come back in the same instant."""
+    ceiling = min(0.1 * 2 ** min(tries, 16), RECONNECT_MAX_S)
+    return random.uniform(ceiling / 2, ceiling)

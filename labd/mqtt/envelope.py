@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labd.errors import PayloadError, RefusedMessage
+from labd.errors import AlreadyTaken, PayloadError, RefusedMessage
 from labd.mqtt.payload import check, loads
 
 VERSION = 1
@@ -116,7 +116,9 @@ class Opener:
             raise RefusedMessage(f"bad signature (not sealed with {claimed!r}'s key)")
         seen = self._seen.get((claimed, topic))
         if seen is not None and session == seen.session:
-            if seq <= seen.seq:
+            if seq == seen.seq:
+                raise AlreadyTaken(f"replayed message (seq {seq}, taken already)")
+            if seq < seen.seq:
                 raise RefusedMessage(f"replayed message (seq {seq}, already at {seen.seq})")
         else:
             if seen is not None and ts_ns <= seen.ts_ns:

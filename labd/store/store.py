@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labd.errors import StaleEpoch, StoreError, StoreUnavailable
 from labd.files import create_private
+from labd.repeats import Repeats
 from labd.store import postgresql
 from labd.store.affinity import Follower, current_cpu
 from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
@@ -170,6 +171,8 @@ class Store:
         self.on_commit: Callable[[float], None] | None = None
         """Told each committed batch's time in the writer (seconds; from the writer's
         thread: the metrics' histogram takes it so)."""
+        self._refusals = Repeats()
+        self._refusals_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
@@ -349,11 +352,16 @@ class Store:
             except Exception as exc:  # reported to every waiter of the batch
                 reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
                     f"{exc.__class__.__name__}: {exc}"
-                if stale(exc):
+                fenced = stale(exc)
+                if fenced:
                     reason = stale_message(exc)
-                # One line, not a traceback: every waiter hears of it as a refusal.
-                log.error("store %s refused a write of %d record(s): %s", self.where,
-                          len(work), reason)
+                # One line, not a traceback: every waiter hears of it as a refusal. A
+                # fenced write is the fence doing its work (a leader that lost its lease),
+                # not the store failing; a full disk refuses every write, told once a while.
+                self._tell("stale write" if fenced else "write",
+                           logging.WARNING if fenced else logging.ERROR,
+                           f"store {self.where} refused a write of {len(work)} record(s): "
+                           f"{reason}")
                 self.failing = reason
                 error = exc
                 _discard(connection)
@@ -371,6 +379,14 @@ class Store:
         if connection is not None:
             connection.close()
 
+    def _tell(self, key: str, level: int, line: str) -> None:
+        """A refusal, logged through the one limiter (labd.repeats): from the writer's
+        thread and the readers' alike."""
+        with self._refusals_lock:
+            told = self._refusals.tell(key)
+        if told is not None:
+            log.log(level, "%s%s", line, told.suffix())
+
     # -- reading ---------------------------------------------------------------------------
     async def read(self, work: Callable[[Session], T]) -> T:
         """Run ``work(session)`` on a reader connection in a worker thread."""
@@ -385,7 +401,8 @@ class Store:
         try:
             return await asyncio.to_thread(run)
         except SQLAlchemyError as exc:
-            log.error("store %s refused a read: %s", self.where, _reason(exc))
+            self._tell("read", logging.ERROR,
+                       f"store {self.where} refused a read: {_reason(exc)}")
             raise StoreUnavailable(f"store {self.where!r} cannot be read now: {_reason(exc)}"
                                    f"{_ADVICE}") from None
 

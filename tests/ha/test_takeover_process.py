@@ -7,7 +7,8 @@ would be):
   failover is carried out (or reported), and no host is declared lost;
 - that leader is then paused (SIGSTOP) past its TTL while a restarted daemon stands by: the
   standby takes over; resumed (SIGCONT), the paused one refuses the change it was sent
-  meanwhile, steps down and exits with an error, and its late write changed nothing."""
+  meanwhile, steps down and exits with an error, and its late write changed nothing; what
+  it logged through the takeover and the step-down holds no traceback and no ERROR line."""
 
 from __future__ import annotations
 
@@ -223,6 +224,10 @@ async def test_kill_then_pause_the_leader(rig: tuple[Daemons, str, str]) -> None
         out, err = await asyncio.wait_for(b.communicate(), deadlines.current().times(10))
         said = (out + err).decode()
         assert b.returncode != 0 and "lost the lead" in said, said
+        # It took over and stepped down: each a line of its own, never a traceback, and
+        # its late writes refused by the fence as warnings (the fence working).
+        assert "Traceback" not in said and " ERROR " not in said, said
+        assert said.count("this daemon leads") == 1, said
         assert await switch_map(control) == before
         async with httpx.AsyncClient(base_url=c_url, headers=AUTH) as http:
             assert [free, 32] not in (await http.get("/v1/switches/ocs1")).json()["intended"]
