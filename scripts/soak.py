@@ -1,10 +1,19 @@
 #!/usr/bin/env python3
 """Soak: N minutes of random circuit changes, random faults of every kind, and random bad
 input on every interface of the daemon, on the packaged demo lab (every instrument family)
-and, beside it, the packaged failover lab (emulated GPU hosts), both in emulation. At the
-end the faults are cleared and every switch must hold exactly what the daemon intends.
+and, beside it, the packaged failover lab (emulated GPU hosts, a running job with spares);
+with the broker restarted and the leader changed now and then. At the end the faults are
+cleared and every check below must hold.
 
-What it does, each step chosen at random:
+How it runs (the real paths, as a lab runs them): each lab's instruments and GPU hosts
+(their agents, reporting over MQTT with signed messages) are emulated in a ``labd emulate``
+process of their own, as hardware would be; the daemons are ``labd run`` processes on it
+(one per lab; under --ha two, a leader and a standby, on PostgreSQL), each logging JSON to a
+file of its own; the broker is a private Mosquitto on a free loopback port unless --mqtt
+names one. The soak itself is only a client: the API (of whichever daemon leads, found from
+``/v1/health``), every daemon's event stream, the bus, and the emulators' control endpoint.
+
+The quick steps, chosen at random:
 
 - a change through the API: connect free ports, disconnect a connected one, or replace a
   switch's whole map (refusals — busy ports, an offline switch — are fine; a 5xx is not);
@@ -12,25 +21,39 @@ What it does, each step chosen at random:
   has: connections dropped (also mid-command, and all at once), stalls, garbage replies,
   delayed replies, failed and restored ports, meter heads gone, saturated or stuck, mesh
   heaters dead and revived;
-- a host fault: a failover drill (a GPU's Xid 79, or a host gone silent), which the daemon
-  recovers with a spare and the drill then repairs;
-- bad HTTP: random bytes, wrong types, huge integers, unknown names, oversized bodies, and
-  agents' routes in a host's name with what no agent sends;
-- bad WebSocket traffic: random frames at the event stream;
-- bad MQTT (where a broker answers on this machine): random bytes, unsigned and mis-signed
-  commands, host reports in nobody's name, payloads too large, too deep or slow to scan.
+- a failover drill (one at a time): a member's GPU fails (Xid 79) or its host dies; the
+  daemon recovers the job with a spare; the drill repairs the host and returns the spare;
+- bad HTTP, bad WebSocket frames, bad MQTT (unsigned and mis-signed commands, host reports
+  in nobody's name, payloads too large, too deep or slow to scan).
 
-Drift left by a fault mid-change (the daemon reports it: a failed change, a drift event) is
-put back by the daemon itself when the switch comes back online (``on_drift = "restore"``,
-counted); what is still drifted at the end is put back as an operator would, with a
-whole-map PUT of the intended map; a drift with no
-failed change behind it is reported as silent. It prints the process's RSS and open file
-descriptors at the start, each minute and at the end, and then: steps by kind, HTTP
-statuses, refusals by reason, tracebacks logged (must be 0), how the drills ended, hosts
-online, instruments online, and intended = observed per switch (device truth from the
-emulators). Exit status 1 if any check fails.
+Incidents, one at a time, a random gap (--gap, 5-15 s) apart, the kinds taking turns (their
+choices drawn from a generator of their own: a seed gives the same incidents in order):
 
-Usage: python scripts/soak.py [--minutes 10] [--seed 1] [--no-mqtt]
+- broker restart (only where the soak owns the broker: without --mqtt): Mosquitto stopped
+  with SIGTERM or SIGKILL, at random, and started again on its port after an outage of 1,
+  5 or 20 s (equally likely: a 10-minute soak gets a handful of each); then every daemon
+  must be back on it and every host heard again;
+- leader change (only under --db postgresql://…, which runs each lab with --ha): the
+  leader gets SIGKILL, SIGTERM, or SIGSTOP for longer than the lease's TTL then SIGCONT; the
+  standby must lead; then a new standby is started.
+
+The checks (exit status 1 if any fails), in the summary: no false host loss (a ``host.lost``
+event, or a failover with trigger ``host-lost``, for a host no drill killed; each set beside
+the incident it came in), no traceback and no ERROR line in any daemon's log (nor in the
+emulate processes', where the agents run), every job running, every host online and
+healthy, every instrument online and intended = observed on every switch, every incident
+recovered, no 5xx but 503. It prints each daemon's RSS and open fds at its start and at the
+end (and every minute), and the faults by kind. Drift left by a fault mid-change is put
+back by the daemon (``on_drift = "restore"``) or, where still drifted at the end after a
+failed change, by the soak's whole-map PUT, as an operator would; a drift with no failed
+change behind it is reported as silent.
+
+Its parts, beside it in scripts/ (imported as the script's neighbours): soak_lab.py (the
+processes, their logs, the private databases), soak_steps.py (the quick steps and what the
+daemons report), soak_faults.py (the drills and the incidents).
+
+Usage: python scripts/soak.py [--minutes 10] [--seed 1] [--mqtt URL] [--db URL]
+           [--outages 1,5,20] [--gap 5,15] [--incidents broker,leader] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -38,458 +61,345 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
-import logging
-import os
+import contextlib
 import random
+import secrets
+import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import aiomqtt
-import httpx
-import websockets
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from soak_faults import Faults
+from soak_lab import Process, Site, private_database, scaled, scan_log, usage
+from soak_steps import METER_DRIVERS, SWITCH_DRIVERS, Soak
 
-from labd.emulation.drill import hosts_ready
-from labd.emulation.rig import RIG_CLIENT, Rig, emulated_rig
 from labd.lab.file import load_lab
-from labd.mqtt.client import local_broker
-from labd.mqtt.envelope import Sealer, new_key
+from labd.mqtt.private import Mosquitto
 from labd.runtime import run
 
-console = Console()
-SWITCH_FAULTS = ["drop", "drop-apply", "drop-now", "stall", "garbage", "delay", "fail_port",
-                 "restore_port"]
-METER_FAULTS = ["no_sensor", "saturation", "stuck", "drop", "garbage", "delay"]
-MESH_FAULTS = ["dead_heater", "revive_heater", "drop", "garbage", "delay"]
+#: No markup: what the daemons say ("[code:4] ...") is printed as said.
+console = Console(width=120, markup=False, highlight=False)
+#: The daemons' admin key: random, since every log line has it redacted wherever it appears.
+TOKEN = secrets.token_hex(16)
+JOB = "ring4"
 
 
-class Tracebacks(logging.Handler):
-    """Counts log records that carry a traceback: there must be none."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info or record.levelno >= logging.ERROR:
-            self.records.append(record)
-
-
-def rss_and_fds() -> tuple[float, int]:
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20, len(os.listdir("/proc/self/fd"))
-
-
-def junk(rng: random.Random) -> Any:
-    """A value of a random wrong shape."""
-    return rng.choice([
-        None, True, "17", -1, 0, 2**70, -(2**63) - 1, 1e308, "nan", [], {}, [[1]], [["1", 2]],
-        [[True, 2]], "x" * 5000, {"pairs": "all"}, [[1, 2]] * 3000, ["\u0000"], "🙂",
-    ])
-
-
-class Soak:
-    """``rig``: the demo lab (every instrument family); ``hosts``: the failover lab beside
-    it, whose GPU hosts are emulated, for host faults (drills) and bad host input."""
-
-    def __init__(self, rig: Rig, rng: random.Random, http: httpx.AsyncClient,
-                 hosts: Rig, hosts_http: httpx.AsyncClient) -> None:
-        self.rig, self.rng, self.http = rig, rng, http
-        self.hosts, self.hosts_http = hosts, hosts_http
-        self.host_ids = [h.id for h in hosts.daemon.lab.host]
-        lab = rig.daemon.lab
-        self.switches = [e.id for e in lab.instrument if e.driver in (
-            "polatis-scpi", "polatis-tl1", "calient-tl1", "qontrol-mesh")]
-        self.meters = [e.id for e in lab.instrument if e.driver in (
-            "keysight-n77xx", "thorlabs-pm100")]
-        self.mesh = [e.id for e in lab.instrument if e.driver == "qontrol-mesh"]
-        self.steps: collections.Counter[str] = collections.Counter()
-        self.statuses: collections.Counter[int] = collections.Counter()
-        self.server_errors: list[str] = []
-        self.differences: dict[str, str] = {}
-        self.failed: collections.Counter[str] = collections.Counter()
-        self.drift_events = 0
-        self.healed: collections.Counter[str] = collections.Counter()
-        """The daemon's own restores after a reconnect, per switch (on_drift = restore)."""
-        self.unavailable: collections.Counter[str] = collections.Counter()
-        self.drills: collections.Counter[str] = collections.Counter()
-        self.reasons: collections.Counter[str] = collections.Counter()
-
-    def _note(self, what: str, response: httpx.Response) -> None:
-        self.statuses[response.status_code] += 1
-        if response.status_code >= 500 and response.status_code != 503:
-            self.server_errors.append(f"{what}: {response.status_code} {response.text[:200]}")
-        elif response.status_code == 503 or what.startswith(("restore", "drill")):
-            self.unavailable[f"{what.split()[0]} {response.status_code}: "
-                             f"{response.text[:100]}"] += 1
-
-    def size(self, switch: str) -> int:
-        info = self.rig.daemon.engine.switch(switch).info
-        return info.ports if info is not None else 8
-
-    async def change(self) -> None:
-        sw = self.rng.choice(self.switches)
-        n = self.size(sw)
-        intended = self.rig.daemon.engine.intended.get(sw, {})
-        used = set(intended) | set(intended.values())
-        free = [p for p in range(1, n + 1) if p not in used]
-        self.rng.shuffle(free)
-        op = self.rng.choice(["connect", "connect", "disconnect", "replace"])
-        if op == "connect" and len(free) >= 2:
-            count = self.rng.randint(1, max(1, min(4, len(free) // 2)))
-            pairs = [[free[2 * i], free[2 * i + 1]] for i in range(count)]
-            r = await self.http.post(f"/v1/switches/{sw}/connections", json={"pairs": pairs})
-        elif op == "disconnect" and intended:
-            port = self.rng.choice(sorted(intended))
-            r = await self.http.post(f"/v1/switches/{sw}/disconnect", json={"ports": [port]})
-        else:
-            ports = list(range(1, n + 1))
-            self.rng.shuffle(ports)
-            half = self.rng.randint(0, min(8, n // 2))
-            pairs = [[ports[2 * i], ports[2 * i + 1]] for i in range(half)]
-            r = await self.http.put(f"/v1/switches/{sw}/connections", json={"pairs": pairs})
-        self._note(f"{op} {sw}", r)
-        self.steps["change"] += 1
-
-    async def fault(self) -> None:
-        backdoor = self.rig.backdoor
-        target = self.rng.choice(self.switches + self.meters)
-        kinds = MESH_FAULTS if target in self.mesh else (
-            METER_FAULTS if target in self.meters else SWITCH_FAULTS)
-        kind = self.rng.choice(kinds)
-        fault: dict[str, Any] = {"kind": kind.split("-")[0], "count": self.rng.randint(1, 3)}
-        if kind == "drop-apply":
-            fault["apply"] = True
-        elif kind == "drop-now":
-            fault["now"] = True
-        elif kind == "delay":
-            fault["delay_ms"] = self.rng.choice([5, 50, 400])
-        elif kind in ("fail_port", "restore_port"):
-            fault["port"] = self.rng.randint(1, self.size(target))
-        elif kind in ("dead_heater", "revive_heater"):
-            fault.pop("count")
-            fault["channel"] = self.rng.randrange(20)  # the demo mesh's 20 heaters
-        elif kind in ("no_sensor", "saturation", "stuck"):
-            fault.pop("count")
-        try:
-            await backdoor.inject(target, fault)
-        except Exception as exc:  # a fault this family does not have: the endpoint says so
-            self.steps[f"fault refused ({type(exc).__name__})"] += 1
-            return
-        self.steps[f"fault {kind}"] += 1
-        if self.rng.random() < 0.3:
-            await backdoor.clear_faults(target)
-
-    async def bad_http(self) -> None:
-        rng = self.rng
-        sw = rng.choice([*self.switches, "nope", "x" * 300, "%00"])
-        choice = rng.randrange(7)
-        if choice == 0:
-            r = await self.http.post(f"/v1/switches/{sw}/connections",
-                                     content=rng.randbytes(rng.randint(0, 2000)),
-                                     headers={"Content-Type": "application/json"})
-        elif choice == 1:
-            r = await self.http.post(f"/v1/switches/{sw}/connections",
-                                     json={"pairs": junk(rng)})
-        elif choice == 2:
-            r = await self.http.get("/v1/reconfigurations",
-                                    params={"since_ns": str(junk(rng))[:2000],  # a URL's length
-                                            "limit": str(junk(rng))[:2000]})
-        elif choice == 3:
-            r = await self.http.get(f"/v1/failovers/{rng.choice([2**70, -1, 'x', 10**30])}")
-        elif choice == 4:
-            r = await self.http.post(f"/v1/switches/{sw}/disconnect",
-                                     json={"ports": junk(rng), "extra": junk(rng)})
-        elif choice == 5:
-            r = await self.http.post("/v1/circuits", json={"from": junk(rng), "to": junk(rng)})
-        else:  # an agent's route, in a host's name, with what no agent sends
-            host = rng.choice([*self.host_ids, "nope"])
-            kind = rng.choice(["events", "heartbeat", "status", "nope"])
-            body = (rng.randbytes(rng.randint(0, 2000)) if rng.random() < 0.5
-                    else json.dumps({"host": junk(rng), "gpu": junk(rng),
-                                     "health": junk(rng)}).encode())
-            r = await self.hosts_http.post(f"/v1/agents/{host}/{kind}", content=body,
-                                           headers={"Content-Type": "application/json"})
-        self._note("bad http", r)
-        self.steps["bad http"] += 1
-
-    async def drill(self) -> None:
-        """A host fault: a GPU fails (Xid 79) or a host goes silent; the daemon recovers the
-        job with a spare, then the drill repairs the member (refused while one runs)."""
-        kind = self.rng.choice(["gpu", "host"])
-        r = await self.hosts_http.post("/v1/drills/failover", json={"kind": kind})
-        self._note(f"drill {kind}", r)
-        self.steps[f"drill {kind} ({r.status_code})"] += 1
-
-    async def bad_websocket(self) -> None:
-        url = str(self.http.base_url).rstrip("/").replace("http", "ws", 1) + "/v1/events"
-        try:
-            token = {"Authorization": self.http.headers["Authorization"]}
-            async with websockets.connect(url, additional_headers=token, open_timeout=5) as ws:
-                await asyncio.wait_for(ws.recv(), 5)  # the snapshot
-                for _ in range(self.rng.randint(1, 5)):
-                    await ws.send(self.rng.randbytes(self.rng.randint(0, 5000)))
-        except (OSError, websockets.WebSocketException, TimeoutError) as exc:
-            self.steps[f"websocket closed ({type(exc).__name__})"] += 1
-            return
-        self.steps["bad websocket"] += 1
-
-    async def bad_mqtt(self, client: aiomqtt.Client) -> None:
-        bus, daemon_bus = self.rig.bus, self.rig.daemon.bus
-        assert bus is not None and daemon_bus is not None
-        root, rng = daemon_bus.prefix, self.rng
-        sw = rng.choice(self.switches)
-        command = f"{root}/command/{sw}"
-        hosts_bus = self.hosts.daemon.bus
-        assert hosts_bus is not None
-        host, host_root = rng.choice(self.host_ids), f"{hosts_bus.prefix}/hosts"
-        choice = rng.randrange(8)
-        if choice == 0:
-            topic, payload = command, rng.randbytes(rng.randint(0, 3000))
-        elif choice == 7:  # unclosed strings behind brackets: a slow scan would freeze us
-            topic, payload = command, b"[" * 40 + b'"\\' * 100_000
-        elif choice == 1:
-            topic, payload = command, json.dumps({"token": "guess", "connect": [[1, 2]]}).encode()
-        elif choice == 2:  # sealed with a key the daemon does not know
-            stranger = Sealer(RIG_CLIENT, new_key())
-            topic, payload = command, stranger.seal(command, '{"connect": [[1, 2]]}')
-        elif choice == 3:  # sealed properly, with junk inside
-            sealer = Sealer(RIG_CLIENT, bus.credentials.clients[RIG_CLIENT])
-            topic, payload = command, sealer.seal(command, json.dumps({"connect": junk(rng)}))
-        elif choice == 4:
-            topic = f"{host_root}/{host}/events"  # a failure report in nobody's name
-            payload = json.dumps({"host": host, "gpu": 0, "health": "failed"}).encode()
-        elif choice == 5:
-            topic, payload = f"{host_root}/{host}/heartbeat", b'["' * 50_000
-        else:
-            topic, payload = command, b"x" * 300_000
-        await client.publish(topic, payload)
-        self.steps["bad mqtt"] += 1
-
-    async def heal(self) -> None:
-        """Every fault cleared, every failed port and dead heater back."""
-        backdoor = self.rig.backdoor
-        for target in self.switches + self.meters:
-            await backdoor.clear_faults(target)  # heaters revive with it
-            ports = (await backdoor.describe(target)).get("state", {}).get("ports", {})
-            for port, state in ports.items():
-                if state == "F":
-                    await backdoor.inject(target, {"kind": "restore_port", "port": int(port)})
-
-
-def holds(truth: dict[str, Any], intended: dict[int, int]) -> bool:
-    """The device holds exactly the intended circuits (a mesh routes every input somewhere:
-    there, each intended circuit must be among its routes)."""
-    state = truth.get("state", {})
-    if "routes" in state:
-        routes = {int(a): int(b) for a, b in state["routes"]}
-        return all(routes.get(a) == b for a, b in intended.items())
-    return {int(a): int(b) for a, b in state.get("connections", [])} == intended
-
-
-async def settle(soak: Soak, deadline_s: float) -> dict[str, bool]:
-    """Wait (polling the API, with a deadline) until every instrument is online and every
-    switch's device holds what the daemon intends; the verdict per switch (and, for one
-    that does not hold, what each side says in ``soak.differences``)."""
-    daemon = soak.rig.daemon
-    verdict: dict[str, bool] = {}
-    states: dict[str, str] = {}
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        states = {i["id"]: i["state"] for i in (await soak.http.get("/v1/instruments")).json()}
-        soak.differences.clear()
-        if all(s == "online" for s in states.values()):
-            for sw in soak.switches:
-                truth = await soak.rig.backdoor.truth(sw)
-                verdict[sw] = holds(truth, daemon.engine.intended.get(sw, {}))
-                soak.differences[sw] = (f"intended {daemon.engine.intended.get(sw, {})}, "
-                                        f"device {truth.get('state')}")
-            if all(verdict.values()):
-                return verdict
-        await asyncio.sleep(0.5)  # polling an outcome, not synchronising: the deadline rules
-    offline = [name for name, state in states.items() if state != "online"]
-    if offline:
-        soak.differences["offline"] = ", ".join(offline)
-    return verdict
-
-
-async def drills_over(soak: Soak, deadline_s: float) -> bool:
-    """Wait (with a deadline) for the last drill to end and every host to be back online
-    and healthy; whether they are."""
-    daemon = soak.hosts.daemon
-    drills = daemon.services.drills
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        task = getattr(drills, "task", None)
-        if (task is None or task.done()) and hosts_ready(daemon):
-            return True
-        await asyncio.sleep(0.5)  # polling an outcome, not synchronising: the deadline rules
-    return False
-
-
-async def restore(soak: Soak, verdict: dict[str, bool]) -> list[str]:
-    """What an operator does on a drift: put the intended map back (a whole-map replacement
-    through the API). Only for a switch whose changes failed while the soak ran: a drift
-    with no failed change behind it would be silent, and is reported instead."""
-    restored = []
-    for sw, ok in verdict.items():
-        if ok or not soak.failed[sw]:
-            continue
-        intended = soak.rig.daemon.engine.intended.get(sw, {})
-        r = await soak.http.put(f"/v1/switches/{sw}/connections",
-                                json={"pairs": [[a, b] for a, b in sorted(intended.items())]})
-        soak._note(f"restore {sw}", r)
-        restored.append(sw)
-    return restored
-
-
-async def count_drills(soak: Soak) -> None:
-    """How the drills ended, as the failover lab's daemon reports them."""
-    _, subscription = soak.hosts.daemon.hub.subscribe()
-    try:
-        while (event := await subscription.next()) is not None:
-            if event.kind == "drill" and event.data.get("state") in ("done", "failed"):
-                outcome = event.data.get("outcome") or event.data.get("detail") or ""
-                soak.drills[f"{event.data['state']} {str(outcome)[:80]}".strip()] += 1
-    finally:
-        subscription.close()
-
-
-async def count_failures(soak: Soak) -> None:
-    """Failed changes per switch, as the daemon reports them on its event stream."""
-    _, subscription = soak.rig.daemon.hub.subscribe()
-    try:
-        while (event := await subscription.next()) is not None:
-            if event.kind == "reconfiguration" and event.data.get("outcome") == "failed":
-                soak.failed[event.data["switch"]] += 1
-                soak.reasons[f"{event.data['switch']}: {str(event.data.get('error'))[:90]}"] += 1
-            elif event.kind == "reconfiguration" and event.data.get("cause") == "restore":
-                soak.healed[event.data["switch"]] += 1
-            if event.kind in ("drift", "instrument.drift", "instrument.resync"):
-                soak.drift_events += 1
-    finally:
-        subscription.close()
-
-
-async def soak(minutes: float, seed: int, use_mqtt: bool) -> int:
-    rng = random.Random(seed)
-    tracebacks = Tracebacks()
-    logging.getLogger().addHandler(tracebacks)
-    broker = local_broker() if use_mqtt else None
-    lab = load_lab("demo")
-    with tempfile.TemporaryDirectory() as scratch:
-        auth = {"Authorization": "Bearer soak"}
-        async with emulated_rig(lab, db=str(Path(scratch) / "soak.sqlite"), mqtt=broker,
-                                token="soak") as rig, \
-                emulated_rig(load_lab("failover"), db=str(Path(scratch) / "hosts.sqlite"),
-                             mqtt=broker, token="soak") as hosts_rig, \
-                httpx.AsyncClient(base_url=rig.daemon.url, timeout=30, headers=auth) as http, \
-                httpx.AsyncClient(base_url=hosts_rig.daemon.url, timeout=30,
-                                  headers=auth) as hosts_http:
-            soak = Soak(rig, rng, http, hosts_rig, hosts_http)
-            counting = [asyncio.create_task(count_failures(soak)),
-                        asyncio.create_task(count_drills(soak))]
-            rss0, fds0 = rss_and_fds()
-            console.print(f"[bold]soak[/]: labs demo and failover, {minutes:g} min, seed "
-                          f"{seed}, MQTT {broker or 'off'}; start: RSS {rss0:.0f} MiB, {fds0} fds")
-            actions = [(soak.change, 60), (soak.fault, 10), (soak.bad_http, 15),
-                       (soak.bad_websocket, 2), (soak.drill, 1)]
-            client: aiomqtt.Client | None = None
-            if broker is not None:
-                client = aiomqtt.Client("127.0.0.1", 1883)
-                await client.__aenter__()
-                actions.append((None, 13))  # type: ignore[arg-type]
-            end = time.monotonic() + minutes * 60
-            with Progress(TextColumn("{task.description}"), BarColumn(),
-                          TimeRemainingColumn(), console=console) as progress:
-                task = progress.add_task("soaking", total=minutes * 60)
-                started = time.monotonic()
-                minute = started + 60
-                samples: list[str] = []  # RSS and fds each minute: flat, or a leak
-                while time.monotonic() < end:
-                    if time.monotonic() >= minute:
-                        rss, fds = rss_and_fds()
-                        samples.append(f"{rss:.0f}/{fds}")
-                        minute += 60
-                    action = rng.choices([a for a, _ in actions],
-                                         weights=[w for _, w in actions])[0]
-                    if action is None:
-                        assert client is not None
-                        await soak.bad_mqtt(client)
-                    else:
-                        await action()
-                    progress.update(task, completed=time.monotonic() - started,
-                                    description=f"soaking: {sum(soak.steps.values())} steps")
-            if client is not None:
-                await client.__aexit__(None, None, None)
-            hosts = await drills_over(soak, 120)
-            await soak.heal()
-            verdict = await settle(soak, 60)
-            drifted = {sw: soak.differences.get(sw, "") for sw, ok in verdict.items() if not ok}
-            restored = await restore(soak, verdict)
-            if restored:
-                verdict = await settle(soak, 60)
-            for task in counting:
-                task.cancel()
-            rss1, fds1 = rss_and_fds()
-            refused = sum(r.daemon.bus.complain.count for r in (rig, hosts_rig)
-                          if r.daemon.bus is not None)
-    console.print(f"end: RSS {rss1:.0f} MiB, {fds1} fds (start: {rss0:.0f} MiB, {fds0} fds)")
-    if samples:
-        console.print(f"each minute, RSS MiB/fds: {', '.join(samples)}")
-    console.print("steps: " + ", ".join(f"{k} {v}" for k, v in sorted(soak.steps.items())))
-    console.print("HTTP statuses: " + ", ".join(f"{k}: {v}"
-                                                 for k, v in sorted(soak.statuses.items())))
-    console.print(f"MQTT messages refused by the daemon: {refused}")
-    console.print(f"5xx other than 503: {len(soak.server_errors)}; tracebacks or errors "
-                  f"logged: {len(tracebacks.records)}")
-    for line in soak.server_errors[:10]:
-        console.print(f"  {line}")
-    for record in tracebacks.records[:10]:
-        console.print(f"  {record.name}: {record.getMessage()[:200]}")
-    console.print(f"failed changes (reported, with drift read back where the switch "
-                  f"answered): {sum(soak.failed.values())} ({dict(soak.failed)}); drift "
-                  f"events: {soak.drift_events}; restored by the daemon on reconnecting: "
-                  f"{sum(soak.healed.values())} ({dict(soak.healed)})")
-    for reason, count in soak.reasons.most_common(8):
-        console.print(f"  {count} x {reason}")
-    console.print("503s (refusals while a device or the store is unavailable), restores, "
-                  "drills:")
-    for reason, count in soak.unavailable.most_common(8):
-        console.print(f"  {count} x {reason}")
-    for sw, difference in drifted.items():
-        how = "restored through the API" if sw in restored else "SILENT: no failed change"
-        console.print(f"  after healing, {sw} differed ({how}): {difference[:300]}")
-    console.print("drills: " + (", ".join(f"{count} {what}" for what, count
-                                          in soak.drills.most_common()) or "none ended")
-                  + f"; hosts online and healthy at the end: {'yes' if hosts else 'NO'}")
-    console.print("intended = observed: " + ", ".join(
-        f"{sw} {'yes' if ok else 'NO'}" for sw, ok in verdict.items()))
-    for sw, ok_ in verdict.items():
-        if not ok_:
-            console.print(f"  {sw}: {soak.differences.get(sw, '')[:600]}")
-    if "offline" in soak.differences:
-        console.print(f"  still offline: {soak.differences['offline']}")
-    ok = (hosts and not soak.server_errors and not tracebacks.records and bool(verdict)
-          and all(verdict.values()) and len(verdict) == len(soak.switches))
-    console.print("[green]soak passed[/]" if ok else "[red]soak FAILED[/]")
-    return 0 if ok else 1
-
-
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--no-mqtt", action="store_true",
-                        help="leave the bus out even if a broker answers on this machine")
-    args = parser.parse_args()
-    sys.exit(run(soak(args.minutes, args.seed, not args.no_mqtt), spawns=True))
+    parser.add_argument("--mqtt", help="a broker to use, mqtt://HOST:PORT (default: a "
+                                       "private Mosquitto on a free port, which the broker "
+                                       "restarts need)")
+    parser.add_argument("--db", help="the daemons' store: postgresql://… (a private database "
+                                     "per lab is made on that server and dropped after; "
+                                     "each lab then runs a leader and a standby with --ha), "
+                                     "or a folder for SQLite files (default: the logs folder)")
+    parser.add_argument("--outages", default="1,5,20",
+                        help="broker outages to choose from, seconds [1,5,20]")
+    parser.add_argument("--gap", default="5,15", help="seconds between incidents, "
+                                                      "least,most [5,15]")
+    parser.add_argument("--incidents", default="broker,leader",
+                        help="which incidents: broker, leader, both, or none")
+    parser.add_argument("--logs", type=Path, help="where the processes' logs go (default: "
+                                                  "a new folder under the temporary one)")
+    return parser.parse_args(argv)
+
+
+def sample(sites: list[Site]) -> str:
+    """Every live daemon's RSS (MiB) and fds now."""
+    seen = [(p.name, usage(p.pid)) for s in sites for p in s.daemons if p.alive]
+    return ", ".join(f"{name} {u[0]:.0f}/{u[1]}" for name, u in seen if u is not None)
+
+
+async def start_job(hosts: Site, faults: Faults) -> str:
+    """Every host heard, then the failover lab's job started; what happened."""
+    if await faults.until_hosts_ready(120) is None:
+        return "hosts not online within 120 s: job not started"
+    r = await hosts.call("POST", f"/v1/jobs/{JOB}/start", json={}, timeout=120)
+    return "started" if r is not None and r.status_code == 200 else \
+        f"not started: {r and r.status_code} {r and r.text[:200]}"
+
+
+async def jobs_running(hosts: Site, within_s: float) -> dict[str, str]:
+    """Each job's status once all run, or as they are at the deadline (polling)."""
+    end = time.monotonic() + scaled(within_s)
+    states: dict[str, str] = {}
+    while time.monotonic() < end:
+        found = await hosts.get_json("/v1/jobs")
+        states = {j["id"]: j["status"] for j in found or []}
+        if states and all(s == "running" for s in states.values()):
+            break
+        await asyncio.sleep(0.5)  # polling an outcome with a deadline
+    return states
+
+
+async def soak(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    logs: Path = args.logs
+    if args.db and args.db.startswith("postgresql+psycopg://"):  # SQLAlchemy's spelling
+        args.db = "postgresql://" + args.db.removeprefix("postgresql+psycopg://")
+    postgres = bool(args.db and args.db.startswith("postgresql://"))
+    wanted = {k for k in args.incidents.split(",") if k in ("broker", "leader")}
+    notes: list[str] = []
+    demo_lab, hosts_lab = load_lab("demo"), load_lab("failover")
+    async with contextlib.AsyncExitStack() as stack:
+        broker: Mosquitto | None = None
+        if args.mqtt is None:
+            broker = Mosquitto(logs / "broker", name="soak-broker")
+            await broker.start()
+            stack.push_async_callback(asyncio.to_thread, broker.close)
+            mqtt = broker.url
+        else:
+            mqtt = args.mqtt
+            if "broker" in wanted:
+                notes.append("broker restarts skipped: the broker is --mqtt's, not the "
+                             "soak's to restart")
+        if postgres:
+            dbs = [stack.enter_context(private_database(args.db)) for _ in range(2)]
+        else:
+            folder = Path(args.db or logs)
+            dbs = [str(folder / f"{name}.sqlite") for name in ("demo", "failover")]
+            if "leader" in wanted:
+                notes.append("leader changes skipped: they need two daemons with --ha, "
+                             "which needs --db postgresql://…")
+        # The demo lab's hosts are played by nobody (it is the instruments' lab); keyed all
+        # the same, so that the daemon does not warn of hosts it could not hear.
+        demo = Site("demo", [h.id for h in demo_lab.host], logs, mqtt, TOKEN, db=dbs[0],
+                    ha=postgres)
+        hosts = Site("failover", [h.id for h in hosts_lab.host], logs, mqtt, TOKEN,
+                     db=dbs[1], ha=postgres)
+        for site in (demo, hosts):
+            stack.push_async_callback(site.close)
+            await site.start()
+        soak = Soak(demo, hosts, rng, mqtt=mqtt,
+                    switches=[e.id for e in demo_lab.instrument if e.driver in SWITCH_DRIVERS],
+                    meters=[e.id for e in demo_lab.instrument if e.driver in METER_DRIVERS],
+                    mesh=[e.id for e in demo_lab.instrument if e.driver == "qontrol-mesh"])
+        stack.push_async_callback(soak.close)
+        faults = Faults(soak, hosts_lab, rng,
+                        broker if "broker" in wanted else None,
+                        [float(x) for x in args.outages.split(",")],
+                        [demo, hosts] if postgres and "leader" in wanted else [], JOB)
+        faults.say = console.print
+        stack.push_async_callback(faults.close)
+        await soak.sizes_known()
+        job = await start_job(hosts, faults)
+        store = "PostgreSQL, --ha: a leader and a standby per lab" if postgres else "SQLite"
+        console.print(f"soak: labs demo and failover, {args.minutes:g} min, seed "
+                      f"{args.seed}, MQTT {mqtt}{' (private)' if broker else ''}, store {store}"
+                      f"; job {JOB} {job}; incidents: {', '.join(faults.kinds()) or 'none'}; "
+                      f"logs {logs}")
+        if postgres:
+            notes.append("databases (dropped at the end): "
+                         + ", ".join(d.rsplit("/", 1)[1] for d in dbs))
+        for note in notes:
+            console.print(f"  {note}")
+        console.print(f"start, RSS MiB/fds: {sample([demo, hosts])}")
+        stop = asyncio.Event()
+        gap = tuple(float(x) for x in args.gap.split(","))
+        incidents = asyncio.create_task(faults.run(stop, (gap[0], gap[-1])))
+        actions: list[tuple[Any, int]] = [
+            (soak.change, 60), (soak.fault, 10), (soak.bad_http, 15),
+            (soak.bad_websocket, 2), (soak.bad_mqtt, 13), (faults.drill, 1)]
+        started = time.monotonic()
+        end, minute = started + args.minutes * 60, started + 60
+        samples: list[str] = []
+        while time.monotonic() < end:
+            if time.monotonic() >= minute:
+                samples.append(sample([demo, hosts]))
+                minute += 60
+                console.print(f"  {len(samples)} min: {sum(soak.steps.values())} steps, "
+                              f"{len(faults.incidents)} incidents")
+            if incidents.done():
+                break  # an incident broke: the summary says how
+            action = rng.choices([a for a, _ in actions], weights=[w for _, w in actions])[0]
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+        stop.set()
+        console.print("ending: the incident under way, then the last drill; then the faults "
+                      "healed, the switches settled, the jobs and the logs read")
+        with contextlib.suppress(Exception):
+            await incidents  # the one under way ends first: its own deadlines bound it
+        broke = incidents.exception() if incidents.done() and not incidents.cancelled() \
+            else None
+        hosts_ok = await faults.drills_over(scaled(180))
+        await soak.heal()
+        extra = [(hosts, faults.backdoor, "ocs1")] if faults.backdoor is not None else []
+        verdict = await soak.settle(extra, 90)
+        drifted = {w: soak.differences.get(w, "") for w, ok in verdict.items() if not ok}
+        restored = await soak.restore(verdict)
+        if restored:
+            verdict = await soak.settle(extra, 60)
+        jobs = await jobs_running(hosts, 60)
+        losses = soak.losses + await faults.failover_losses()
+        not_recovered = await faults.not_recovered()
+        false = [loss for loss in losses if not faults.caused(loss)]
+        final = {p.name: usage(p.pid) for s in (demo, hosts) for p in s.daemons if p.alive}
+        roles = {p.name: await s.role(p) for s in (demo, hosts) for p in s.daemons if p.alive}
+        # Standbys first: a leader stopped first would hand its lab to them at the end.
+        for site in (demo, hosts):
+            site.daemons.sort(key=lambda p: roles.get(p.name) == "leader")
+            await site.close()
+        if broker is None:
+            await clear_bus(mqtt, [demo, hosts])
+    console.print(f"each minute, per daemon RSS MiB/fds: {' | '.join(samples) or '-'}")
+    summary = Summary(soak, faults, [demo, hosts], final, roles)
+    summary.not_recovered = not_recovered
+    checks = summary.print(broke, hosts_ok, verdict, drifted, restored, jobs, false)
+    console.print(f"logs: {logs}")
+    ok = all(checks.values())
+    console.print("soak passed" if ok else "soak FAILED", style="green" if ok else "bold red")
+    return 0 if ok else 1
+
+
+async def clear_bus(mqtt: str, sites: list[Site]) -> None:
+    """The retained topics the run left on a broker that outlives it (--mqtt)."""
+    from labd.emulation.rig import clear_retained
+    from labd.mqtt.credentials import BusSettings
+
+    for site in sites:
+        await clear_retained(BusSettings(mqtt, site.instance), site.lab, site.hosts)
+
+
+class Summary:
+    def __init__(self, soak: Soak, faults: Faults, sites: list[Site],
+                 final: dict[str, tuple[float, int] | None], roles: dict[str, str | None]
+                 ) -> None:
+        self.soak, self.faults, self.sites, self.final, self.roles = \
+            soak, faults, sites, final, roles
+        self.not_recovered: list[str] = []
+
+    def processes(self) -> tuple[int, int, int, int]:
+        """Each process's line; the daemons' tracebacks and ERROR lines, then the emulate
+        processes'."""
+        totals = [0, 0, 0, 0]
+        for site in self.sites:
+            procs: list[Process] = [*site.daemons,
+                                    *([site.emulator] if site.emulator is not None else [])]
+            for proc in procs:
+                scan = scan_log(proc.log)
+                daemon = proc in site.daemons
+                totals[0 if daemon else 2] += scan.tracebacks
+                totals[1 if daemon else 3] += scan.errors
+                line = f"  {proc.name} (pid {proc.pid}): "
+                if daemon:
+                    start, end = proc.started, self.final.get(proc.name)
+                    line += (f"RSS {_mib(start)} -> {_mib(end)} MiB, fds {_fds(start)} -> "
+                             f"{_fds(end)}; " + (f"{self.roles.get(proc.name)} at the end"
+                                                 if proc.name in self.roles else proc.ended)
+                             + "; ")
+                line += f"tracebacks {scan.tracebacks}, ERROR lines {scan.errors}"
+                console.print(line)
+                for excerpt in scan.excerpts[:4]:
+                    console.print(f"      {excerpt}")
+        return totals[0], totals[1], totals[2], totals[3]
+
+    def print(self, broke: BaseException | None, hosts_ok: bool, verdict: dict[str, bool],
+              drifted: dict[str, str], restored: list[str], jobs: dict[str, str],
+              false: list[Any]) -> dict[str, bool]:
+        soak, faults = self.soak, self.faults
+        console.print("steps: " + ", ".join(f"{k} {v}" for k, v in sorted(soak.steps.items())))
+        console.print(f"faults by kind ({sum(soak.faults.values())}): " + ", ".join(
+            f"{k} {v}" for k, v in sorted(soak.faults.items())))
+        console.print("HTTP statuses: " + ", ".join(f"{k}: {v}" for k, v
+                                                     in sorted(soak.statuses.items())))
+        console.print(f"MQTT warnings (refused messages, rate-limited): {soak.mqtt_warnings}")
+        console.print(f"5xx other than 503: {len(soak.server_errors)}")
+        for line in soak.server_errors[:10]:
+            console.print(f"  {line}")
+        console.print(f"failed changes: {sum(soak.failed.values())} ({dict(soak.failed)}); "
+                      f"drift events: {soak.drift_events}; restored by the daemons: "
+                      f"{sum(soak.healed.values())}")
+        for reason, count in soak.reasons.most_common(5):
+            console.print(f"  {count} x {reason}")
+        for reason, count in soak.unavailable.most_common(5):
+            console.print(f"  503 or restore: {count} x {reason}")
+        for where, difference in drifted.items():
+            how = "restored through the API" if where in restored else "SILENT: no failed change"
+            console.print(f"  after healing, {where} differed ({how}): {difference[:300]}")
+        console.print("drills: " + (", ".join(f"{n} {what}" for what, n
+                                              in faults.drills.most_common()) or "none"))
+        for line in faults.odd_drills[:10]:
+            console.print(f"  {line}")
+        console.print(f"failovers not recovered (any cause): {len(self.not_recovered)}")
+        for line in self.not_recovered[:10]:
+            console.print(f"  {line}")
+        console.print(f"incidents ({len(faults.incidents)}; times UTC, as in the logs):")
+        for incident in faults.incidents:
+            console.print(f"  {incident}")
+        if broke is not None:
+            console.print(f"  the incidents stopped: {type(broke).__name__}: {broke}")
+        if soak.leadings:
+            console.print("takeovers (ha.leading): " + ", ".join(soak.leadings))
+        during = collections.Counter(
+            f"{faults.during(loss)}: {loss.what.split()[0]}" for loss in false)
+        console.print(f"false host losses: {len(false)}" + (" (by the incident they came in: "
+                      + ", ".join(f"{k} {n}" for k, n in sorted(during.items())) + ")"
+                      if false else ""))
+        for loss in false[:8]:
+            at = time.strftime("%H:%M:%S", time.localtime(loss.at))
+            console.print(f"  {loss.site}/{loss.host} at {at}: {loss.what} (during: "
+                          f"{faults.during(loss)})")
+        console.print("processes (RSS and fds at their start and at the end):")
+        tracebacks, errors, emu_tracebacks, emu_errors = self.processes()
+        console.print(f"daemons' logs: {tracebacks} tracebacks, {errors} ERROR lines; "
+                      f"emulate processes' (agents, emulators): {emu_tracebacks} "
+                      f"tracebacks, {emu_errors} ERROR lines")
+        console.print("jobs at the end: " + (", ".join(f"{j} {s}" for j, s in jobs.items())
+                                             or "none answered"))
+        console.print(f"hosts online and healthy at the end: {'yes' if hosts_ok else 'NO'}")
+        console.print("intended = observed: " + ", ".join(
+            f"{w} {'yes' if ok else 'NO'}" for w, ok in verdict.items()))
+        for where, ok in verdict.items():
+            if not ok:
+                console.print(f"  {where}: {soak.differences.get(where, '')[:600]}")
+        if "offline" in soak.differences:
+            console.print(f"  still offline: {soak.differences['offline']}")
+        recovered = broke is None and not any(
+            "NOT" in i.outcome or "did not" in i.outcome for i in faults.incidents)
+        checks = {
+            "0 false host losses": not false,
+            "0 tracebacks and 0 ERROR lines in the daemons' logs": not (tracebacks or errors),
+            "0 tracebacks and 0 ERROR lines in the emulate processes' logs":
+                not (emu_tracebacks or emu_errors),
+            "every job running": bool(jobs) and all(s == "running" for s in jobs.values()),
+            "every host online and healthy": hosts_ok,
+            "intended = observed on every switch": bool(verdict) and all(verdict.values())
+                and len(verdict) == len(soak.switches) + 1,
+            "every incident recovered": recovered,
+            "no 5xx but 503": not soak.server_errors,
+        }
+        console.print("checks: " + "; ".join(f"{name}: {'pass' if ok else 'FAIL'}"
+                                             for name, ok in checks.items()))
+        return checks
+
+
+def _mib(found: tuple[float, int] | None) -> str:
+    return "-" if found is None else f"{found[0]:.0f}"
+
+
+def _fds(found: tuple[float, int] | None) -> str:
+    return "-" if found is None else str(found[1])
+
+
+def main() -> None:
+    # SIGTERM ends the soak as Ctrl-C does: the run is cancelled, and its processes and
+    # databases are put away on the way out.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    args = options()
+    args.logs = args.logs or Path(tempfile.mkdtemp(prefix="labd-soak-"))
+    args.logs.mkdir(parents=True, exist_ok=True)
+    try:
+        sys.exit(run(soak(args), spawns=True))
+    except KeyboardInterrupt:
+        console.print(f"soak interrupted: its processes stopped, its databases dropped; the "
+                      f"logs are in {args.logs}")
+        sys.exit(130)
 
 
 if __name__ == "__main__":
