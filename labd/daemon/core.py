@@ -294,6 +294,7 @@ class Daemon:
         if self._running:
             raise RuntimeError("the daemon is already running")
         self._running = True
+        self.services.stopping = False
         try:
             self.services.token = (
                 secrets.token_urlsafe(32) if self._token is None and
@@ -468,6 +469,7 @@ class Daemon:
         if not self._running:
             return
         self._running = False
+        self.services.stopping = True
         gc.unfreeze()
         # What the stop holds until it ends: every port, so no reconfiguration starts.
         self._quiesced = contextlib.AsyncExitStack()

@@ -57,6 +57,9 @@ class Services:
     """Its figures for ``GET /metrics``; None: a daemon that keeps none."""
     role: Role | None = None
     """Under ``--ha``: whether this daemon leads (labd.ha.role); None: it runs alone."""
+    stopping: bool = False
+    """Set as the daemon begins to stop: a request cut off then is answered 503 (the API's
+    edge), not left to the server to log as an error."""
     drills: Drills | None = None
     """Set after start-up by whoever runs the lab's GPU hosts in emulation (drills need
     them); None: the API refuses drills."""

@@ -25,6 +25,7 @@ is usable now (``spare-back``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from labd.lab.wiring import CircuitRoute, trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
 from labd.store.store import Store
 from labd.vocabulary import ACTIVE, STAGES
+
+log = logging.getLogger(__name__)
 
 SendToHost = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -250,6 +253,9 @@ class JobManager:
 
     async def _command(self, state: JobState, hosts: set[str], action: str) -> None:
         send = self._sender()
+        # Not into a broker the agents are still coming back to: one not yet back would
+        # never hear it (their time to reconnect bounds the wait).
+        await self.hosts.hearing(self.hosts.reconnect_s + 1.0)
         message: dict[str, Any] = {"action": action, "job": state.entry.id}
         if action == "start":
             message |= {"epoch": state.epoch, "ranks": self._ranks(state.members)}
@@ -422,6 +428,11 @@ class JobManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug must not end recovery for this job for good
+                # Said in the log too, with its traceback: a warning event alone left a
+                # recovery that died this way invisible to whoever reads the journal.
+                log.exception("recovery of job %s stopped by an internal error (%s of %s)",
+                              state.entry.id, failure.trigger, failure.member,
+                              extra={"job": state.entry.id})
                 self.hub.publish("warning", {"detail": f"recovery of job {state.entry.id} "
                                                        f"stopped by an internal error: {exc!r}"})
                 state.status = "degraded"

@@ -200,6 +200,8 @@ class HostMonitor:
         """When the last unsure episode that held every verdict ended: no host is declared
         lost before 1.5 intervals after it (docs/daemon.md, "When a host is lost")."""
         self._lagged: str | None = None
+        self._hearing = asyncio.Event()
+        self._hearing.set()
         self._offline: dict[str, int] = {}
         """Hosts that said ``offline`` (a last will, or an agent that stopped), and when:
         believed once the bridge's probe sent after it comes back, so that the wills a
@@ -239,6 +241,7 @@ class HostMonitor:
         now = time.monotonic_ns()
         self._link_reason = reason
         self._offline.clear()
+        self._hearing.clear()
         if self.link_down_since is None:
             self.link_down_since = now
             if not self._grace_until:
@@ -259,6 +262,22 @@ class HostMonitor:
         self._grace_until = 0
         self._awaited.clear()
         self.episode_end_ns = max(self.episode_end_ns, at)
+        self._hearing.set()
+
+    async def hearing(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until the daemon hears its hosts again after its
+        broker link was lost: every host online before has been heard, or their time to
+        reconnect is over. A command sent to an agent before then can find it not yet
+        back, and is lost (a job's restart would then wait for a rank that never heard of
+        it). Whether it does."""
+        if self.link_down_since is None and self._grace_until:
+            self.causes()  # the time to reconnect may be over already
+        try:
+            async with asyncio.timeout(timeout):
+                await self._hearing.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def causes(self, now: int | None = None) -> list[str]:
         """Why the daemon cannot hear its hosts now (nothing: it can); ends the agents'
@@ -431,7 +450,7 @@ class HostMonitor:
         if self._awaited and self.link_down_since is None:
             self._awaited.discard(state.id)
             if not self._awaited and self._grace_until:
-                self._evidence.set()  # every host is back: the episode may end now
+                self._grace_over(time.monotonic_ns())  # every host is back
         interval = data.get("interval_s")
         # Bounded: the loss deadline is worked out from it (inf would stop the watch).
         interval_s = float(interval) if isinstance(interval, int | float) and (

@@ -173,8 +173,7 @@ async def test_a_host_that_dies_in_the_outage_is_lost_once_the_daemon_hears_agai
         since = len(seen.events)
         await broker.stop(signal.SIGKILL)
         victim = next(h for h in rig.hosts if h.id == "h1")
-        await victim.kill()
-        await victim.stop()  # its agent is gone: it will not come back
+        await victim.kill()  # its reports stop for good: it is never heard again
         await broker.start()
 
         def recovered() -> Any:
@@ -190,4 +189,33 @@ async def test_a_host_that_dies_in_the_outage_is_lost_once_the_daemon_hears_agai
                          ("host.lost", "h1", None)], kinds
         assert found.data["trigger"] == "host-lost" and found.data["host"] == "h1"
         assert found.data["outcome"] == "recovered"
+    assert quiet(caplog) == []
+
+
+async def test_a_gpu_that_fails_in_the_outage_is_recovered_once_the_daemon_hears_again(
+        tmp_path: Path, start_rig: StartRig, caplog: pytest.LogCaptureFixture) -> None:
+    """The failure is reported as its agent comes back, before the other agents are: the
+    restart waits until they are back too (sent earlier, a rank not yet back never heard
+    of it, and the recovery timed out)."""
+    caplog.set_level(logging.WARNING)
+    async with Mosquitto(tmp_path / "broker") as broker, \
+            start_rig("gpu-out", labs.ring_lab(), mqtt=broker.url) as rig:
+        daemon = rig.daemon
+        seen = Seen(daemon)
+        await running_job(daemon)
+        since = len(seen.events)
+        await broker.stop(signal.SIGKILL)
+        next(h for h in rig.hosts if h.id == "h1").fail(0, "xid79")
+        await asyncio.sleep(5.0)  # the fault's length, not a wait for anything
+        await broker.start()
+
+        def ended() -> Any:
+            return next((e.data for e in seen.kinds("failover", since)
+                         if e.data["outcome"] != "in-progress"), None)
+        found = await wait_for(daemon.hub, ended, deadlines.current().times(60),
+                               "the failed GPU's recovery")
+        assert found["trigger"] == "gpu-failed" and found["host"] == "h1"
+        assert found["outcome"] == "recovered", found
+        assert daemon.jobs.job("ring4").status == "running"
+        assert seen.kinds("host.lost", since) == []
     assert quiet(caplog) == []

@@ -64,7 +64,8 @@ def create_app(services: Services) -> FastAPI:
     app.add_middleware(Edge, routes=routes, access=access,
                        open_reads=open_reads, max_body=settings.max_body,
                        open_metrics=settings.open_metrics,
-                       standby=services.role.refused if services.role is not None else None)
+                       standby=services.role.refused if services.role is not None else None,
+                       stopping=lambda: services.stopping)
     app.openapi = lambda: _openapi(app, open_reads)  # type: ignore[method-assign]
     # Read once: the lab the daemon runs, even if the file is edited meanwhile.
     app.state.lab_sha256 = file_sha256(services.lab.source)

@@ -16,7 +16,9 @@ A refusal closes the connection: what the client still sends is not read.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import contextlib
 import json
 import re
 import sys
@@ -76,8 +78,11 @@ class Edge:
 
     def __init__(self, app: ASGIApp, *, routes: list[BaseRoute], access: Access,
                  open_reads: bool, max_body: int, open_metrics: bool = False,
-                 standby: Callable[[], NotLeader | None] | None = None) -> None:
+                 standby: Callable[[], NotLeader | None] | None = None,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         self.app, self.routes, self.access = app, routes, access
+        self.stopping = stopping
+        """Whether the daemon is stopping: a request its stop cuts off is answered here."""
         self.standby = standby
         """Under ``--ha``: the refusal of a change while this daemon does not lead."""
         self.open_reads, self.max_body = open_reads, max_body
@@ -104,11 +109,27 @@ class Edge:
             return
         if scope["type"] == "websocket" or (
                 scope["method"] in BODILESS and not has_body(headers)):
-            await self.app(scope, receive, send)
+            await self.call(scope, receive, send)
             return
         body = await self.read_body(headers, receive, send)
         if body is not None:
-            await self.app(scope, replay(body, receive), send)
+            await self.call(scope, replay(body, receive), send)
+
+    async def call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app. A request the daemon's stop cuts off (it cancels what is still under way
+        once its time is up) ends here: the server would log the cancellation as an ERROR
+        with a traceback and answer 500."""
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self.stopping():
+                raise
+            if scope["type"] == "http":
+                # Unless the answer had begun (the server then refuses a second start).
+                with contextlib.suppress(RuntimeError, OSError):
+                    await answer(send, 503, "the daemon stopped while this request was "
+                                            "under way: it was cut off, and what reached "
+                                            "the switch is read back at its next start")
 
     def needed(self, scope: Scope) -> tuple[Role | None, str | None]:
         """The role a request needs (None where anyone may), and for an agent's route the
