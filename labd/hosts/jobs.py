@@ -482,19 +482,11 @@ class JobManager:
         return work
 
     def _unusable(self, endpoint: str) -> str | None:
-        where = self.lab.placement(endpoint)
-        if where is None:
-            return "no NIC of a host"
-        host, gpu = where
-        if any(endpoint in s.members for s in self.jobs.values() if s.status in ACTIVE):
+        """Why ``endpoint`` cannot be a spare now (None: it can)."""
+        if self.lab.placement(endpoint) is not None and any(
+                endpoint in s.members for s in self.jobs.values() if s.status in ACTIVE):
             return "already in a running job"
-        seen = self.hosts.hosts.get(host.id)
-        if seen is None or seen.status != "online":
-            return f"host {host.id} is {seen.status if seen else 'unknown'}"
-        health = seen.gpu_health(gpu)
-        if health != "healthy":
-            return f"GPU {gpu} of {host.id} is {health or 'not reported'}"
-        return None
+        return self._member_problem(endpoint, spare=True)
 
     async def _heal(self, state: JobState, failure: Failure) -> None:
         """A degraded job, once something came back: every member usable again, it is
@@ -534,16 +526,19 @@ class JobManager:
             await self._finish(state, timeline, "recovered", "every member is back: the job "
                                "was restarted where it ran", status="running")
 
-    def _member_problem(self, endpoint: str) -> str | None:
-        """Why a job's own member cannot run its rank now (None: it can)."""
+    def _member_problem(self, endpoint: str, *, spare: bool = False) -> str | None:
+        """Why ``endpoint`` cannot run a rank now (None: it can): its host is not online,
+        or its GPU failed; for a ``spare``, its GPU must be reported healthy."""
         where = self.lab.placement(endpoint)
         if where is None:
             return "no NIC of a host"
-        seen = self.hosts.hosts.get(where[0].id)
+        host, gpu = where
+        seen = self.hosts.hosts.get(host.id)
         if seen is None or seen.status != "online":
-            return f"host {where[0].id} is {seen.status if seen else 'unknown'}"
-        if seen.gpu_health(where[1]) == "failed":
-            return f"GPU {where[1]} of {where[0].id} failed"
+            return f"host {host.id} is {seen.status if seen else 'unknown'}"
+        health = seen.gpu_health(gpu)
+        if health == "failed" or (spare and health != "healthy"):
+            return f"GPU {gpu} of {host.id} is {health or 'not reported'}"
         return None
 
     async def _recover(self, state: JobState, failure: Failure) -> None:
