@@ -24,7 +24,7 @@ import pytest
 from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.emulation.drill import hosts_ready, job_stepping, wait_for
-from labd.emulation.rig import clear_retained
+from labd.emulation.rig import Rig, clear_retained
 from labd.events import Event
 from labd.lab.file import load_lab
 from labd.mqtt.credentials import BusSettings, Credentials
@@ -162,33 +162,44 @@ async def test_a_broker_restart_loses_no_host_apart(
     assert quiet(caplog) == []
 
 
+@contextlib.asynccontextmanager
+async def job_in_outage(tmp_path: Path, start_rig: StartRig, tag: str
+                        ) -> AsyncIterator[tuple[Rig, Mosquitto, Seen, int]]:
+    """ring4 running on a broker of the test's own, then the broker killed: the rig, the
+    broker (to start again), the events seen and where the outage's begin among them."""
+    async with Mosquitto(tmp_path / "broker") as broker, \
+            start_rig(tag, labs.ring_lab(), mqtt=broker.url) as rig:
+        seen = Seen(rig.daemon)
+        await running_job(rig.daemon)
+        since = len(seen.events)
+        await broker.stop(signal.SIGKILL)
+        yield rig, broker, seen, since
+
+
+async def first_outcome(rig: Rig, seen: Seen, since: int, within_s: float) -> Any:
+    """The first failover since ``since`` to end (whatever its outcome)."""
+    def ended() -> Any:
+        return next((e.data for e in seen.kinds("failover", since)
+                     if e.data["outcome"] != "in-progress"), None)
+    return await wait_for(rig.daemon.hub, ended, deadlines.current().times(within_s),
+                          "a recovery's outcome")
+
+
 async def test_a_host_that_dies_in_the_outage_is_lost_once_the_daemon_hears_again(
         tmp_path: Path, start_rig: StartRig, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    async with Mosquitto(tmp_path / "broker") as broker, \
-            start_rig("dies", labs.ring_lab(), mqtt=broker.url) as rig:
-        daemon = rig.daemon
-        seen = Seen(daemon)
-        await running_job(daemon)
-        since = len(seen.events)
-        await broker.stop(signal.SIGKILL)
-        victim = next(h for h in rig.hosts if h.id == "h1")
-        await victim.kill()  # its reports stop for good: it is never heard again
+    async with job_in_outage(tmp_path, start_rig, "dies") as (rig, broker, seen, since):
+        await next(h for h in rig.hosts if h.id == "h1").kill()  # never heard again
         await broker.start()
-
-        def recovered() -> Any:
-            return next((e for e in seen.kinds("failover", since)
-                         if e.data["outcome"] != "in-progress"), None)
-        found = await wait_for(daemon.hub, recovered, deadlines.current().times(40),
-                               "the lost host's recovery")
+        found = await first_outcome(rig, seen, since, 40)
         kinds = [(e.kind, e.data.get("host"), e.data.get("waiting"))
                  for e in seen.events[since:] if e.kind in ("hosts.unsure", "host.lost")]
         # The order is the rule: unsure from the broker's loss until the daemon hears
         # again (the agents' time to reconnect run out), then the one lost host.
         assert kinds == [("hosts.unsure", None, True), ("hosts.unsure", None, False),
                          ("host.lost", "h1", None)], kinds
-        assert found.data["trigger"] == "host-lost" and found.data["host"] == "h1"
-        assert found.data["outcome"] == "recovered"
+        assert found["trigger"] == "host-lost" and found["host"] == "h1"
+        assert found["outcome"] == "recovered"
     assert quiet(caplog) == []
 
 
@@ -198,24 +209,13 @@ async def test_a_gpu_that_fails_in_the_outage_is_recovered_once_the_daemon_hears
     restart waits until they are back too (sent earlier, a rank not yet back never heard
     of it, and the recovery timed out)."""
     caplog.set_level(logging.WARNING)
-    async with Mosquitto(tmp_path / "broker") as broker, \
-            start_rig("gpu-out", labs.ring_lab(), mqtt=broker.url) as rig:
-        daemon = rig.daemon
-        seen = Seen(daemon)
-        await running_job(daemon)
-        since = len(seen.events)
-        await broker.stop(signal.SIGKILL)
+    async with job_in_outage(tmp_path, start_rig, "gpu-out") as (rig, broker, seen, since):
         next(h for h in rig.hosts if h.id == "h1").fail(0, "xid79")
         await asyncio.sleep(5.0)  # the fault's length, not a wait for anything
         await broker.start()
-
-        def ended() -> Any:
-            return next((e.data for e in seen.kinds("failover", since)
-                         if e.data["outcome"] != "in-progress"), None)
-        found = await wait_for(daemon.hub, ended, deadlines.current().times(60),
-                               "the failed GPU's recovery")
+        found = await first_outcome(rig, seen, since, 60)
         assert found["trigger"] == "gpu-failed" and found["host"] == "h1"
         assert found["outcome"] == "recovered", found
-        assert daemon.jobs.job("ring4").status == "running"
+        assert rig.daemon.jobs.job("ring4").status == "running"
         assert seen.kinds("host.lost", since) == []
     assert quiet(caplog) == []
