@@ -73,12 +73,13 @@ from typing import Any
 
 from rich.console import Console
 from soak_faults import Faults
-from soak_lab import Process, Site, private_database, scaled, scan_log, usage
+from soak_lab import Process, Site, scaled, scan_log, usage
 from soak_steps import METER_DRIVERS, SWITCH_DRIVERS, Soak
 
 from labd.lab.file import load_lab
 from labd.mqtt.private import Mosquitto
 from labd.runtime import run
+from labd.store.private import private_database
 
 #: No markup: what the daemons say ("[code:4] ...") is printed as said.
 console = Console(width=120, markup=False, highlight=False)
@@ -159,7 +160,8 @@ async def soak(args: argparse.Namespace) -> int:
                 notes.append("broker restarts skipped: the broker is --mqtt's, not the "
                              "soak's to restart")
         if postgres:
-            dbs = [stack.enter_context(private_database(args.db)) for _ in range(2)]
+            dbs = [stack.enter_context(private_database(args.db, "labd_soak"))
+                   for _ in range(2)]
         else:
             folder = Path(args.db or logs)
             dbs = [str(folder / f"{name}.sqlite") for name in ("demo", "failover")]

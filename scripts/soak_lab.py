@@ -15,14 +15,11 @@ import re
 import signal
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
-import sqlalchemy
 
 from labd import deadlines
 from labd.mqtt.credentials import Credentials
@@ -184,27 +181,6 @@ async def wait_in_log(proc: Process, pattern: re.Pattern[str], within_s: float) 
             tail = "\n    ".join(text.splitlines()[-15:])
             raise RuntimeError(f"{proc.name} {why}; its log {proc.log}:\n    {tail}")
         await asyncio.sleep(0.1)  # polling an outcome with a deadline
-
-
-@contextlib.contextmanager
-def private_database(server: str) -> Iterator[str]:
-    """A new, empty database on the PostgreSQL server of ``server`` (a URL naming any
-    database there that we may connect to), dropped afterwards; its URL, in ``server``'s
-    scheme."""
-    admin_url = server.replace("postgresql://", "postgresql+psycopg://", 1)
-    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT",
-                                     connect_args={"connect_timeout": 5})
-    name = f"labd_soak_{uuid.uuid4().hex[:12]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(sqlalchemy.text(f"create database {name}"))
-        try:
-            yield server.rsplit("/", 1)[0] + f"/{name}"
-        finally:
-            with admin.connect() as connection:
-                connection.execute(sqlalchemy.text(f"drop database {name} with (force)"))
-    finally:
-        admin.dispose()
 
 
 API_LINE = re.compile(r"API (https?://[0-9.]+:\d+)/v1")
