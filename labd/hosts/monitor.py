@@ -450,7 +450,7 @@ class HostMonitor:
         if self._awaited and self.link_down_since is None:
             self._awaited.discard(state.id)
             if not self._awaited and self._grace_until:
-                self._grace_over(time.monotonic_ns())  # every host is back
+                self._grace_over(now)  # every host is back
         interval = data.get("interval_s")
         # Bounded: the loss deadline is worked out from it (inf would stop the watch).
         interval_s = float(interval) if isinstance(interval, int | float) and (
