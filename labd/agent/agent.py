@@ -33,6 +33,10 @@ from labd.mqtt.credentials import BusSettings
 
 log = logging.getLogger(__name__)
 
+OUTBOX_MAX = 10_000
+"""Events kept for the daemon while it is out of reach; a minute-long outage on a busy
+host queues tens (a few NIC changes, job progress at most once a second per rank)."""
+
 
 class Agent:
     """One host's agent. It reports over MQTT (``mqtt``) or, where the lab has no broker,
@@ -68,16 +72,27 @@ class Agent:
         self.jobs = JobRunner(host, jobs or {}, self.emit)
         # Events wait here while the daemon is out of reach and go out in order after.
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._held: dict[str, Any] | None = None
+        """The event whose send a lost link cut off: the next session sends it first."""
+        self._dropped = 0
 
     def queued(self) -> int:
         """Events not yet sent (the daemon out of reach, or the link slow)."""
-        return self._outbox.qsize()
+        return self._outbox.qsize() + (self._held is not None)
 
     async def emit(self, event: dict[str, Any]) -> None:
         self.post(event)
 
     def post(self, event: dict[str, Any]) -> None:
-        """Queue an event for the daemon (what :meth:`emit` does, from synchronous code)."""
+        """Queue an event for the daemon (what :meth:`emit` does, from synchronous code).
+        Past OUTBOX_MAX waiting (a long outage), the oldest goes, and the count is said."""
+        if self._outbox.qsize() >= OUTBOX_MAX:
+            self._outbox.get_nowait()
+            self._outbox.task_done()
+            self._dropped += 1
+            if self._dropped == 1:
+                log.warning("host %s: over %d events wait for the daemon; dropping the "
+                            "oldest", self.host, OUTBOX_MAX, extra={"host": self.host})
         self._outbox.put_nowait({"host": self.host, "at_ns": time.monotonic_ns(), **event})
 
     def stamp(self, message: dict[str, Any]) -> bytes:
@@ -154,12 +169,20 @@ class Agent:
             raise unwrap(errors, (LinkDown,)) from None
 
     async def _send_events(self, link: AgentLink) -> None:
+        if self._dropped:
+            log.warning("host %s: %d events were dropped while the daemon was out of reach",
+                        self.host, self._dropped, extra={"host": self.host})
+            self._dropped = 0
         while True:
-            event = await self._outbox.get()
-            try:
-                await link.publish("events", self.stamp(event))
-            finally:
-                self._outbox.task_done()
+            if self._held is None:
+                self._held = await self._outbox.get()
+            # Held until sent: a link lost in the send (LinkDown, or this session cancelled)
+            # leaves it for the next one, in its place, first. Sent twice at worst, and
+            # every report of an event is safe to take twice; lost, a rank's "started" made
+            # its "exited" look like a rank that never ran.
+            await link.publish("events", self.stamp(self._held))
+            self._held = None
+            self._outbox.task_done()
 
     async def _commands(self, link: AgentLink) -> None:
         async for payload in link.commands():

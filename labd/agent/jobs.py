@@ -5,17 +5,20 @@ progress as it happens.
 
 The daemon's command (JSON on ``labd/<lab>/hosts/<host>/job``)::
 
-    {"action": "start", "job": "ring4", "epoch": 2,
+    {"action": "start", "job": "ring4", "epoch": 2, "run": "9f2c61d0",
      "ranks": [{"rank": 0, "host": "h0", "endpoint": "h0.nic0", "gpu": 0}, ...]}
     {"action": "stop", "job": "ring4"}
 
 ``start`` stops whatever runs of that job first (a restart is a start with a new epoch).
+``run`` names this start alone and comes back in every report of it: a new leader may
+reuse an epoch its predecessor sent but did not keep, and the old run's last words must
+not pass for the new one's.
 Each rank's process gets ``LABD_JOB``, ``LABD_EPOCH``, ``LABD_RANK``, ``LABD_WORLD_SIZE``,
 ``LABD_RANK_MAP`` (the JSON list of ranks above), ``LABD_NIC`` and ``CUDA_VISIBLE_DEVICES``.
 It reports progress by printing ``LABD_PROGRESS ready`` (its collectives are set up) and
 ``LABD_PROGRESS step N`` on stdout; other output passes through.
 
-Progress events (on the host's ``events`` topic): ``{"job", "epoch", "rank", "progress":
+Progress events (on the host's ``events`` topic): ``{"job", "epoch", "run", "rank", "progress":
 "started" | "ready" | "step" | "exited", "step", "code", "at_ns"}``; a command that cannot be
 carried out gives ``{"job", "error"}``.
 """
@@ -53,6 +56,7 @@ class JobCommand(BaseModel):
     action: Literal["start", "stop"]
     job: str
     epoch: int = Field(default=0, ge=0)
+    run: str = Field(default="", max_length=64)
     ranks: list[RankSpec] = Field(default_factory=list)
 
 
@@ -88,7 +92,7 @@ class JobRunner:
             return
         argv = self.commands.get(command.job)
         if argv is None:
-            await self.report({"job": command.job, "epoch": command.epoch,
+            await self.report({"job": command.job, "epoch": command.epoch, "run": command.run,
                                "error": f"this agent runs no job {command.job!r}; it is "
                                         f"configured for: {', '.join(self.commands) or 'none'}"})
             return
@@ -104,26 +108,23 @@ class JobRunner:
                    "LABD_RANK": str(spec.rank), "LABD_WORLD_SIZE": str(len(ranks)),
                    "LABD_RANK_MAP": json.dumps(ranks), "LABD_NIC": spec.endpoint,
                    "CUDA_VISIBLE_DEVICES": str(spec.gpu)}
+            base = {"job": command.job, "epoch": command.epoch, "run": command.run,
+                    "rank": spec.rank}
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, env=env)
             except OSError as exc:
-                await self.report({"job": command.job, "epoch": command.epoch,
-                                   "rank": spec.rank, "error": f"cannot start {argv[0]!r}: "
-                                                               f"{exc}"})
+                await self.report({**base, "error": f"cannot start {argv[0]!r}: {exc}"})
                 continue
             procs.append(proc)
-            await self.report({"job": command.job, "epoch": command.epoch, "rank": spec.rank,
-                               "progress": "started", "at_ns": time.monotonic_ns()})
-            task = asyncio.create_task(self._watch(proc, command.job, command.epoch, spec.rank))
+            await self.report({**base, "progress": "started", "at_ns": time.monotonic_ns()})
+            task = asyncio.create_task(self._watch(proc, base))
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
         self.running[command.job] = procs
 
-    async def _watch(self, proc: asyncio.subprocess.Process, job: str, epoch: int,
-                     rank: int) -> None:
+    async def _watch(self, proc: asyncio.subprocess.Process, base: dict[str, Any]) -> None:
         assert proc.stdout is not None
-        base = {"job": job, "epoch": epoch, "rank": rank}
         last_step_ns = 0
         async for raw in proc.stdout:
             now = time.monotonic_ns()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ class JobState:
     members: list[str]
     spares: list[str]
     epoch: int = 0
+    run: str = ""
+    """Names the current start alone (the agents echo it): a new leader may send again an
+    epoch its predecessor sent but did not keep."""
     status: str = "idle"  # idle, running, recovering, degraded, stopped
     progress: dict[int, dict[str, int]] = field(default_factory=dict)
     """Rank → progress → when (daemon clock), for the current epoch."""
@@ -129,6 +133,12 @@ class JobState:
                 "status": self.status, "recovery": self.entry.recovery,
                 "links": [list(link) for link in self.entry.links(self.members)],
                 "awaiting_decision": self.pending.id if self.pending else None}
+
+    def new_run(self) -> None:
+        """A start or restart: the next epoch, under a name no earlier start had."""
+        self.epoch += 1
+        self.run = secrets.token_hex(4)
+        self.progress = {}
 
 
 class JobManager:
@@ -258,7 +268,8 @@ class JobManager:
         await self.hosts.hearing(self.hosts.reconnect_s + 1.0)
         message: dict[str, Any] = {"action": action, "job": state.entry.id}
         if action == "start":
-            message |= {"epoch": state.epoch, "ranks": self._ranks(state.members)}
+            message |= {"epoch": state.epoch, "run": state.run,
+                        "ranks": self._ranks(state.members)}
         # All at once: each send waits for the broker's acknowledgement, and a restart
         # waits for the last host to hear of it.
         await asyncio.gather(*(send(host, message) for host in sorted(hosts)))
@@ -281,8 +292,7 @@ class JobManager:
             bad = [r for r in results if r.outcome == "failed"]
             if bad:
                 raise JobError(f"job {job_id!r} not started: {bad[0].switch}: {bad[0].error}")
-        state.epoch += 1
-        state.progress = {}
+        state.new_run()
         await self._command(state, self._hosts_of(state.members), "start")
         state.status = "running"
         await self.store.run_write(self._pool_write(state))
@@ -402,7 +412,8 @@ class JobManager:
 
     def _on_progress(self, data: dict[str, Any]) -> None:
         state = self.jobs.get(str(data.get("job")))
-        if state is None or data.get("epoch") != state.epoch:
+        if state is None or data.get("epoch") != state.epoch or \
+                data.get("run") not in (None, "", state.run):
             return  # an earlier run of the job winding down
         host = self.hosts.hosts.get(str(data.get("host")))
         at = (host.to_daemon_clock(data.get("at_ns")) if host else None) or time.monotonic_ns()
@@ -513,8 +524,7 @@ class JobManager:
                              "detected": failure.detected_ns})
         state.status = "recovering"
         self.store.run_write_nowait(self._saving(timeline))
-        state.epoch += 1
-        state.progress = {}
+        state.new_run()
         timeline.epoch = state.epoch
         now = time.monotonic_ns()
         problem = await self._restart(state, timeline, [], self._hosts_of(state.members),
@@ -628,8 +638,7 @@ class JobManager:
         state.spares = [s for s in state.spares if s != plan.spare]
         # Kept without waiting: the restart is on the failover's critical path.
         self.store.run_write_nowait(self._pool_write(state))
-        state.epoch += 1
-        state.progress = {}
+        state.new_run()
         timeline.epoch = state.epoch
         try:
             problem = await self._restart(state, timeline, plan.made,

@@ -512,11 +512,13 @@ class HostMonitor:
             return None
         if (not isinstance(data.get("job"), str) or not isinstance(data.get("rank"), int)
                 or not isinstance(data.get("epoch"), int)
+                or not isinstance(data.get("run", ""), str)
                 or data.get("progress") not in ("started", "ready", "step", "exited")):
             return self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
-                                             "'progress' (started, ready, step or exited)")
+                                             "'progress' (started, ready, step or exited), "
+                                             "and 'run' if any as a string")
         self._publish("job.progress", {"host": host, **{k: data.get(k) for k in (
-            "job", "epoch", "rank", "progress", "step", "code", "at_ns")}})
+            "job", "epoch", "run", "rank", "progress", "step", "code", "at_ns")}})
         return None
 
     def _set_status(self, state: HostState, status: str) -> None:

@@ -279,6 +279,27 @@ async def test_a_lost_host_is_detected_without_a_report_and_replaced(start_rig: 
 
 
 @bounded(50)
+async def test_a_restart_that_reuses_an_epoch_is_not_confused_with_the_run_it_stops(
+        start_rig: StartRig) -> None:
+    """A new leader starts from the epoch its predecessor last kept; one sent but not kept
+    (the store write is not waited for on the recovery path) is sent again. The agents
+    stopping the old run report its exit under that same epoch: the run's name tells the
+    two apart, and the recovery waits for the new run's own progress."""
+    async with start_rig("fo3e", ring_lab(), mqtt=MQTT) as rig:
+        await running(rig)
+        daemon = rig.daemon
+        state = daemon.jobs.job("ring4")
+        old_run = state.run
+        state.epoch -= 1  # as a new leader would have it
+        result = await run_drill(rig, "ring4", random.Random(1), member="h1.nic0",
+                                 timeout="recovery")
+        timeline = result.timeline
+        assert timeline["outcome"] == "recovered", timeline
+        assert timeline["epoch"] == state.epoch and state.run != old_run
+        assert job_stepping(daemon, "ring4")
+
+
+@bounded(50)
 async def test_policy_ask_waits_for_the_operator(start_rig: StartRig) -> None:
     async with start_rig("fo4", ring_lab(recovery="ask"), mqtt=MQTT, token="t") as rig:
         await running(rig)

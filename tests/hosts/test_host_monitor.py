@@ -33,8 +33,8 @@ def test_job_progress_failures_and_clock_offset() -> None:
     assert state.gpu_health(3) == "failed"  # before any heartbeat said so
     monitor.handle("a", "events", json.dumps({"job": "ring4", "error": "no such job"}).encode())
     (progress, health, error) = drain(sub)
-    assert progress == ("job.progress", {"host": "a", "job": "ring4", "epoch": 2, "rank": 1,
-                                         "progress": "ready", "step": None, "code": None,
+    assert progress == ("job.progress", {"host": "a", "job": "ring4", "epoch": 2, "run": None,
+                                         "rank": 1, "progress": "ready", "step": None, "code": None,
                                          "at_ns": sent})
     assert health[0] == "gpu.health" and health[1]["since_ns"] == sent - 5
     assert error == ("job.error", {"host": "a", "job": "ring4", "epoch": None, "rank": None,

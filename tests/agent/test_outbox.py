@@ -1,0 +1,85 @@
+"""The agent's outbox: an event whose send a lost link cut off goes out first on the next
+link, not never; events past the bound during a long outage drop oldest first, counted.
+(The links here are the agent's own link protocol in memory: what is tried is the agent's
+bookkeeping around a send that fails, which a real broker fails at a moment no test picks.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from labd.agent import agent as agent_module
+from labd.agent.agent import Agent
+from labd.agent.backends import EmulatedBackend
+from labd.errors import LinkDown
+
+
+class Link:
+    """Takes events; ``fail_first``: the first send fails as a link lost in it does."""
+
+    def __init__(self, *, fail_first: bool = False) -> None:
+        self.fail_first = fail_first
+        self.sent: list[dict[str, Any]] = []
+        self.arrived = asyncio.Event()
+
+    async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
+        if self.fail_first:
+            self.fail_first = False
+            raise LinkDown("MQTT: the connection was lost")
+        self.sent.append(json.loads(payload))
+        self.arrived.set()
+
+    async def commands(self) -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()
+        yield b""
+
+
+def agent() -> Agent:
+    return Agent(lab="x", host="h1", mqtt="mqtt://127.0.0.1:1", backend=EmulatedBackend(1))
+
+
+async def test_an_event_cut_off_in_its_send_goes_first_on_the_next_link() -> None:
+    a = agent()
+    a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "started"})
+    a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "exited"})
+    with pytest.raises(LinkDown):
+        await a._send_events(Link(fail_first=True))
+    assert a.queued() == 2  # the one in the send is held, not gone
+    second = Link()
+    sending = asyncio.create_task(a._send_events(second))
+    try:
+        async with asyncio.timeout(5):
+            while len(second.sent) < 2:
+                second.arrived.clear()
+                await second.arrived.wait()
+    finally:
+        sending.cancel()
+    assert [e["progress"] for e in second.sent] == ["started", "exited"]
+    assert a.queued() == 0
+    async with asyncio.timeout(5):
+        await a._outbox.join()  # every event counted done once, whatever it took
+
+
+async def test_a_long_outage_keeps_the_newest_events_and_says_how_many_went(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(agent_module, "OUTBOX_MAX", 3)
+    a = agent()
+    for step in range(5):
+        a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "step", "step": step})
+    assert a.queued() == 3
+    link = Link()
+    sending = asyncio.create_task(a._send_events(link))
+    try:
+        async with asyncio.timeout(5):
+            while len(link.sent) < 3:
+                link.arrived.clear()
+                await link.arrived.wait()
+    finally:
+        sending.cancel()
+    assert [e["step"] for e in link.sent] == [2, 3, 4]
+    said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert said == ["host h1: 2 events were dropped while the daemon was out of reach"]
