@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from instruments.connection import Backoff, Connection
 from instruments.events import EventSource, InstrumentEvent, LinkState
+from instruments.exchange import Exchange
 from instruments.link import Link, LinkSettings
 
 T = TypeVar("T")
@@ -35,12 +36,12 @@ class Instrument(EventSource, abc.ABC):
                                      watch_interval_s=watch_interval_s)
         self.connection.add_listener(self._emit)
         self.exchanged: tuple[int | None, int | None] = (None, None)
-        """The latest operation's first write and last reply (CLOCK_MONOTONIC ns, when the
-        bytes left and arrived): its time on the wire, free of the scheduling around it."""
+        """Deprecated: the latest operation's (sent, answered), which a call that overlaps
+        may have overwritten by the time its caller reads it. A change returns its own
+        :class:`~instruments.exchange.Exchange`; read that."""
         self.activation: tuple[int | None, int | None] = (None, None)
-        """Of the latest operation, the commands that moved the light: when the first left
-        and the reply to the last arrived. The same as :attr:`exchanged` but for a switch
-        whose change takes commands that only prepare or tidy up around those."""
+        """Deprecated, as :attr:`exchanged`: the latest operation's (activated,
+        acknowledged)."""
 
     async def open(self) -> None:
         await self.connection.open()
@@ -61,12 +62,19 @@ class Instrument(EventSource, abc.ABC):
         return self.connection.state
 
     async def _run(self, exchange: Callable[[Link], Awaitable[T]]) -> T:
-        async def timed(link: Link) -> T:
+        return (await self._timed(exchange))[0]
+
+    async def _timed(self, exchange: Callable[[Link], Awaitable[T]]) -> tuple[T, Exchange]:
+        """Run one operation holding the link; its result, and its wire times, read before
+        the link is let go (the next operation's would overwrite them)."""
+        async def timed(link: Link) -> tuple[T, Exchange]:
             link.mark()
             result = await exchange(link)
-            self.exchanged = (link.sent_ns, link.answered_ns)
-            self.activation = (link.activated_ns, link.acknowledged_ns)
-            return result
+            stamps = Exchange(link.sent_ns, link.answered_ns, link.activated_ns,
+                              link.acknowledged_ns)
+            self.exchanged = (stamps.sent_ns, stamps.answered_ns)
+            self.activation = (stamps.activated_ns, stamps.acknowledged_ns)
+            return result, stamps
 
         return await self.connection.run(timed)
 

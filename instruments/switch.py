@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from instruments.errors import ConnectError, InvalidRequest, NoSuchPort, NotSupported
 from instruments.events import Drift, InstrumentEvent
+from instruments.exchange import NOTHING, Exchange
 from instruments.instrument import Instrument
 from instruments.link import Link
 
@@ -58,6 +59,24 @@ class SwitchInfo:
     @property
     def size(self) -> str:
         return f"{self.ingress}x{self.egress}" if self.egress else str(self.ingress)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckedPairs:
+    """Pairs one switch found valid (:meth:`OpticalSwitch.check_pairs`), in canonical order
+    and in the order asked. Handed back to the switch that checked them, while it is the
+    device it was when it checked them, they are not checked again: a request is checked
+    once, where it comes in, however many plans and commands it then goes through."""
+
+    pairs: tuple[Pair, ...]
+    checked_by: SwitchInfo
+    """The identity of the switch that checked them (a reconnect makes a new one)."""
+
+    def only(self, wanted: Iterable[Pair]) -> CheckedPairs:
+        """Those of these pairs that are in ``wanted``, in this order: a part of a valid
+        request is valid (a pair not among these is dropped, never taken unchecked)."""
+        keep = set(wanted)
+        return CheckedPairs(tuple(p for p in self.pairs if p in keep), self.checked_by)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -144,9 +163,24 @@ class OpticalSwitch(Instrument):
                                  f"(ports 1..{info.ports})", instrument=self.name)
         return port
 
-    def normalise_pairs(self, pairs: Iterable[Pair] | Mapping[int, int]) -> list[Pair]:
-        """Check every port and put each pair in canonical order; a port may appear once."""
+    def check_pairs(self, pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs
+                    ) -> CheckedPairs:
+        """:meth:`normalise_pairs`, as a value this switch takes back without checking it
+        again (one this switch checked, as it is now, is returned as it is)."""
+        if isinstance(pairs, CheckedPairs) and pairs.checked_by is self.info:
+            return pairs
+        return CheckedPairs(tuple(self.normalise_pairs(pairs)), self._require_info())
+
+    def normalise_pairs(self, pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs
+                        ) -> list[Pair]:
+        """Check every port and put each pair in canonical order; a port may appear once.
+        The one place a request's pairs are checked: InvalidRequest (NoSuchPort for a port
+        beyond the switch) says what is wrong with them."""
         info = self._require_info()
+        if isinstance(pairs, CheckedPairs):
+            if pairs.checked_by is info:
+                return list(pairs.pairs)
+            pairs = pairs.pairs  # checked by another switch, or before a reconnect
         # A list or tuple first: the abstract Mapping check costs more than the rest.
         items = list(pairs) if isinstance(pairs, (list, tuple)) else \
             list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
@@ -194,18 +228,20 @@ class OpticalSwitch(Instrument):
         return None
 
     # -- the capability --------------------------------------------------------------------
-    async def connect(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
+    async def connect(self, pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs
+                      ) -> Exchange:
         """Add cross-connects, leaving the others in place. Returns when the device says
-        the change is complete (mirrors settled)."""
+        the change is complete (mirrors settled), with the change's wire times."""
         batch = self.normalise_pairs(pairs)
         if not batch:
-            return
-        await self._run(lambda link: self._connect(link, batch))
+            return NOTHING
+        _, stamps = await self._timed(lambda link: self._connect(link, batch))
         self.expected.update(batch)
+        return stamps
 
-    async def disconnect(self, ports: Iterable[int]) -> None:
+    async def disconnect(self, ports: Iterable[int]) -> Exchange:
         """Remove the cross-connects touching these ports (either side). Ports that are
-        not connected are ignored."""
+        not connected are ignored. Returns the change's wire times."""
         wanted = {self.check_port(p) for p in ports}
 
         async def exchange(link: Link) -> list[int]:
@@ -220,14 +256,19 @@ class OpticalSwitch(Instrument):
                 await self._disconnect(link, lows)
             return lows
 
-        for low in await self._run(exchange):
+        lows, stamps = await self._timed(exchange)
+        for low in lows:
             self.expected.pop(low, None)
+        return stamps
 
-    async def replace(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
-        """Make the device hold exactly these cross-connects; unchanged ones are not touched."""
+    async def replace(self, pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs
+                      ) -> Exchange:
+        """Make the device hold exactly these cross-connects; unchanged ones are not touched.
+        Returns the change's wire times."""
         target = dict(self.normalise_pairs(pairs))
-        await self._run(lambda link: self._replace(link, target))
+        _, stamps = await self._timed(lambda link: self._replace(link, target))
         self.expected = target
+        return stamps
 
     async def cross_connects(self) -> CrossConnects:
         """Read the map from the device (and adopt it as what we expect)."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from instruments.errors import InvalidRequest
 from instruments.events import LinkState
+from instruments.exchange import Exchange
 from instruments.instrument import Instrument
 from instruments.keysight import KeysightN77xx
 from instruments.meter import MeterInfo, PowerMeter
@@ -199,14 +200,14 @@ class BlockingSwitch(BlockingInstrument[S]):
         """The map the driver believes the device holds (no exchange)."""
         return dict(self.driver.expected)
 
-    def connect(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
-        self.loop.run(self.driver.connect(pairs))
+    def connect(self, pairs: Iterable[Pair] | Mapping[int, int]) -> Exchange:
+        return self.loop.run(self.driver.connect(pairs))
 
-    def disconnect(self, ports: Iterable[int]) -> None:
-        self.loop.run(self.driver.disconnect(ports))
+    def disconnect(self, ports: Iterable[int]) -> Exchange:
+        return self.loop.run(self.driver.disconnect(ports))
 
-    def replace(self, pairs: Iterable[Pair] | Mapping[int, int]) -> None:
-        self.loop.run(self.driver.replace(pairs))
+    def replace(self, pairs: Iterable[Pair] | Mapping[int, int]) -> Exchange:
+        return self.loop.run(self.driver.replace(pairs))
 
     def cross_connects(self) -> CrossConnects:
         return self.loop.run(self.driver.cross_connects())

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 
 from instruments.errors import InstrumentError, InvalidRequest, NoSuchPort
 from instruments.events import Drift, LinkState
+from instruments.exchange import NOTHING, Exchange
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
-from instruments.switch import OpticalSwitch, Pair
+from instruments.switch import CheckedPairs, OpticalSwitch, Pair
 from labd.errors import (
     NotLeader,
     PortBusy,
@@ -137,10 +138,12 @@ class Engine:
                               f"{switch.connection.last_error or 'none'}")
         return switch
 
-    def _pairs(self, switch: OpticalSwitch, pairs: Iterable[Pair] | Mapping[int, int]
-               ) -> list[Pair]:
+    def _pairs(self, switch: OpticalSwitch,
+               pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs) -> CheckedPairs:
+        """The request's pairs as the switch checks them (the one place they are checked;
+        checked pairs pass through): its refusals in the API's terms."""
         try:
-            return switch.normalise_pairs(pairs)
+            return switch.check_pairs(pairs)
         except NoSuchPort as exc:
             raise UnknownPort(exc.message) from None
         except InvalidRequest as exc:
@@ -159,7 +162,8 @@ class Engine:
         except InvalidRequest as exc:
             raise UnknownPort(exc.message) from None
 
-    def plan(self, name: str, *, connect: Iterable[Pair] = (), disconnect: Iterable[int] = (),
+    def plan(self, name: str, *, connect: Iterable[Pair] | CheckedPairs = (),
+             disconnect: Iterable[int] = (),
              replace: Iterable[Pair] | Mapping[int, int] | None = None,
              current: Mapping[int, int] | None = None) -> tuple[list[Pair], list[Pair]]:
         """(pairs to make, pairs to break) against the intended state (or ``current``, what
@@ -168,10 +172,10 @@ class Engine:
         switch = self.switch(name)
         intended = self.intended[name] if current is None else current
         if replace is not None:
-            return _replacing(intended, dict(self._pairs(switch, replace)))
+            return _replacing(intended, dict(self._pairs(switch, replace).pairs))
         partner = {**intended, **{b: a for a, b in intended.items()}}
         make = []
-        for a, b in self._pairs(switch, connect):
+        for a, b in self._pairs(switch, connect).pairs:
             if intended.get(a) == b:
                 continue  # already there: nothing to do
             for port in (a, b):
@@ -183,13 +187,13 @@ class Engine:
                       for p in (self._port(switch, q) for q in disconnect) if p in partner})
         return make, brk
 
-    def _plan(self, name: str, connect: Iterable[Pair], disconnect: Iterable[int],
+    def _plan(self, name: str, connect: CheckedPairs | None, disconnect: Iterable[int],
               target: dict[int, int] | None, current: Mapping[int, int] | None,
               ) -> tuple[list[Pair], list[Pair]]:
-        """:meth:`plan`, with a whole-map ``target`` already checked and canonical."""
+        """:meth:`plan`, with the pairs (or a whole-map ``target``) already checked."""
         if target is not None:
             return _replacing(self.intended[name] if current is None else current, target)
-        return self.plan(name, connect=connect, disconnect=disconnect)
+        return self.plan(name, connect=connect or (), disconnect=disconnect)
 
     async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
                           disconnect: Iterable[int] = (),
@@ -211,9 +215,12 @@ class Engine:
         assert switch.info is not None
         current = dict(switch.expected) if from_device and replace is not None else None
         # Checked and put in canonical order once: the plans below, the driver's command and
-        # the intended state that follows all read the same target.
-        target = None if replace is None else dict(self._pairs(switch, replace))
-        make, brk = self._plan(name, connect, disconnect, target, current)
+        # the intended state that follows all read the same pairs, and the driver takes
+        # them back without checking them again.
+        whole = None if replace is None else self._pairs(switch, replace)
+        asked = None if whole is not None else self._pairs(switch, connect)
+        target = None if whole is None else dict(whole.pairs)
+        make, brk = self._plan(name, asked, disconnect, target, current)
         # A whole-map replacement holds the whole switch; anything else, its ports (and, for
         # light verification, the meter channels on its paths).
         keys = (self._whole(name, switch.info.ports) if target is not None else
@@ -232,7 +239,8 @@ class Engine:
                 # What the switch holds and what is intended, as they are now that the
                 # switch is ours: a request that went ahead of the restore stands.
                 current, target = dict(switch.expected), dict(self.intended[name])
-            make, brk = self._plan(name, connect, disconnect, target, current)
+                whole = None  # the intended state, which the driver checks as it sends it
+            make, brk = self._plan(name, asked, disconnect, target, current)
             watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
@@ -243,23 +251,22 @@ class Engine:
             started = await self._start_watches(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
-                # Per operation (a change is a replace, or a break then a make): its first
-                # command out, and its commands that moved the light (first out, last in).
-                wire: list[tuple[int | None, int | None, int | None]] = []
+                # A change is a replace, or a break then a make; its wire times are the
+                # first operation's first command out and first that moved the light, and
+                # the reply to the last operation's last that moved it.
+                wire: Exchange = NOTHING
                 if target is not None:
-                    await switch.replace(target)
-                    wire.append((switch.exchanged[0], *switch.activation))
+                    wire = await switch.replace(whole if whole is not None else target)
                 else:
                     if brk:
-                        await switch.disconnect([a for a, _ in brk])
-                        wire.append((switch.exchanged[0], *switch.activation))
+                        wire = await switch.disconnect([a for a, _ in brk])
                     if make:
-                        await switch.connect(make)
-                        wire.append((switch.exchanged[0], *switch.activation))
+                        assert asked is not None
+                        made = await switch.connect(asked.only(make))
+                        wire = wire.then(made) if brk else made
                 dispatched = phases["dispatched"] or 0
                 acked, activated = time.monotonic_ns(), dispatched
-                sent, moved, answered = ((wire[0][0], wire[0][1], wire[-1][2]) if wire
-                                         else (None, None, None))
+                sent, moved, answered = wire.sent_ns, wire.activated_ns, wire.acknowledged_ns
                 # The device's own time: from the command leaving to the reply to the one
                 # that moved the light arriving, not counting the event loop's turns around
                 # them (nor a two-phase switch's tidying up after it).

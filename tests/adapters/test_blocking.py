@@ -44,7 +44,9 @@ def test_a_script_makes_circuits_and_reads_light_through_them(served_lab: Served
         pm.call(lambda meter: meter.set_averaging_time(1, 0.001))  # a family's own call
         assert pm.window_s(1) == 0.001
 
-        ocs.connect([(1, 17)])
+        made = ocs.connect([(1, 17)])  # what it did, with its wire times, as the driver's
+        assert made.sent_ns is not None and made.answered_ns is not None
+        assert made.sent_ns < made.answered_ns
         assert ocs.cross_connects() == {1: 17} == served_lab.circuits("ocs1")
         assert pm.read_power(1) == pytest.approx(through_switch("laser0"), abs=TOLERANCE_DB)
         power = ocs.port_power([1, 17, 18])

@@ -97,26 +97,28 @@ async def test_ground_truth_brackets_what_the_driver_measured(lab: EmulatedLab) 
 async def test_a_two_phase_switch_says_which_command_moved_the_light(
         lab: EmulatedLab) -> None:
     async with driver(lab, "calient-tl1") as cal, driver(lab, "polatis-scpi") as ocs:
-        await cal.connect([(7, 40)])  # ENT-CRS, then ACT-CRS moves the mirrors
-        sent, answered = cal.exchanged
-        activated, acknowledged = cal.activation
+        made = await cal.connect([(7, 40)])  # ENT-CRS, then ACT-CRS moves the mirrors
+        sent, answered = made.sent_ns, made.answered_ns
+        activated, acknowledged = made.activated_ns, made.acknowledged_ns
         assert None not in (sent, answered, activated, acknowledged)
         (act,) = lab.truth("cal")["changes"][-1:]
         assert act["op"] == "act-crs"
         assert sent < activated <= act["arrived_ns"] <= act["settled_ns"] <= acknowledged
         assert acknowledged == answered
-        await cal.disconnect([7])  # CANC-CRS moves them, DLT-CRS only forgets the name
+        broken = await cal.disconnect([7])  # CANC-CRS moves them, DLT-CRS only forgets it
         canc = next(c for c in lab.truth("cal")["changes"] if c["op"] == "canc-crs")
-        sent, answered = cal.exchanged
-        activated, acknowledged = cal.activation
+        sent, answered = broken.sent_ns, broken.answered_ns
+        activated, acknowledged = broken.activated_ns, broken.acknowledged_ns
         assert sent == activated <= canc["arrived_ns"] <= canc["settled_ns"] <= acknowledged
         assert acknowledged < answered  # the DLT-CRS exchange came after
-        await ocs.connect([(6, 22)])  # one command: it is the one that moves the light
-        assert ocs.activation == ocs.exchanged
+        one = await ocs.connect([(6, 22)])  # one command: it is the one that moves the light
+        assert one.sent_ns is not None and one.answered_ns is not None
+        assert (one.activated_ns, one.acknowledged_ns) == (one.sent_ns, one.answered_ns)
     async with driver(lab, "polatis-tl1") as tl1:
-        await tl1.replace({3: 19})  # RTRV-PATCH to plan it, then ENT-PATCH
-        sent, answered = tl1.exchanged
-        activated, acknowledged = tl1.activation
+        replaced = await tl1.replace({3: 19})  # RTRV-PATCH to plan it, then ENT-PATCH
+        sent, activated = replaced.sent_ns, replaced.activated_ns
+        acknowledged = replaced.acknowledged_ns
+        assert sent is not None and activated is not None and acknowledged is not None
         (ent,) = lab.truth("ocs1")["changes"][-1:]
         assert sent < activated <= ent["arrived_ns"] <= ent["settled_ns"] <= acknowledged
 

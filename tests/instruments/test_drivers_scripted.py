@@ -150,10 +150,10 @@ async def test_a_change_refused_for_the_login_and_retried_is_acknowledged_by_the
               (b"ACT-USER::admin:7::root;\r\n", tl1_block(7)),
               (b"ENT-PATCH::2,18:8:;\r\n", tl1_block(8))]
     async with ScriptedDevice([script]) as dev, tl1_switch(dev.address) as ocs:
-        await ocs.connect([(2, 18)])
-        sent, answered = ocs.exchanged
-        activated, acknowledged = ocs.activation
-        assert sent == activated and acknowledged == answered  # the retry's reply
+        made = await ocs.connect([(2, 18)])
+        assert made.sent_ns is not None and made.answered_ns is not None
+        assert made.sent_ns == made.activated_ns
+        assert made.acknowledged_ns == made.answered_ns  # the retry's reply
     assert not dev.mismatches
 
 
