@@ -1,5 +1,8 @@
 """Instrument addresses: ``tcp://host:port``, ``serial:///dev/ttyUSB0?baud=115200``, ``visa://RESOURCE``.
 
+``memory://NAME`` reaches a device played in the same process
+(:mod:`instruments.transports.memory`).
+
 Serial options (query string): ``baud`` (default 9600), ``bytesize`` (5-8), ``parity``
 (N, E, O, M, S), ``stopbits`` (1, 1.5, 2), ``rtscts`` and ``xonxoff`` (0/1).
 A VISA address carries the resource string unchanged: ``visa://TCPIP::10.0.0.5::5025::SOCKET``.
@@ -30,7 +33,7 @@ class Address:
         if self.scheme == "serial":
             query = "&".join(f"{k}={v}" for k, v in self.options.items())
             return f"serial://{self.target}" + (f"?{query}" if query else "")
-        return f"visa://{self.target}"
+        return f"{self.scheme}://{self.target}"
 
 
 def parse_address(text: str) -> Address:
@@ -42,10 +45,11 @@ def parse_address(text: str) -> Address:
         )
     scheme, rest = text.split("://", 1)
     scheme = scheme.lower()
-    if scheme == "visa":
+    if scheme in ("visa", "memory"):
         if not rest:
-            raise AddressError(f"address {text!r}: missing VISA resource after visa://")
-        return Address("visa", rest)
+            what = "VISA resource" if scheme == "visa" else "device name"
+            raise AddressError(f"address {text!r}: missing {what} after {scheme}://")
+        return Address(scheme, rest)
     if scheme == "tcp":
         parts = urlsplit(text)
         try:
@@ -71,4 +75,5 @@ def parse_address(text: str) -> Address:
         if "baud" in options and not options["baud"].isdigit():
             raise AddressError(f"address {text!r}: baud must be a whole number")
         return Address("serial", path, None, options)
-    raise AddressError(f"address {text!r}: unknown scheme {scheme!r}; expected tcp, serial or visa")
+    raise AddressError(f"address {text!r}: unknown scheme {scheme!r}; expected tcp, serial, "
+                       "visa or memory")

@@ -4,27 +4,21 @@ answers with exact bytes, one connection after another."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-CLOSE = object()  # as a reply: close the connection
-SILENCE = b""  # as a reply: say nothing
+from instruments.transports.memory import CLOSE, SILENCE, Script
+
+__all__ = ["CLOSE", "SILENCE", "Script", "ScriptedDevice", "address_of", "tl1_block"]
 
 
 @dataclass
-class ScriptedDevice:
-    """``connections`` is a list of scripts; a script is a list of (expected, reply) steps.
+class ScriptedDevice(Script):
+    """A :class:`~instruments.transports.memory.Script` served on a real TCP socket:
+    ``connections`` is a list of scripts; a script is a list of (expected, reply) steps.
     Each accepted connection plays the next script."""
 
-    connections: list[list[tuple[bytes, object]]]
-    received: list[bytes] = field(default_factory=list)
-    arrivals: list[float] = field(default_factory=list)
-    """time.monotonic() at which each expected request had fully arrived."""
-    mismatches: list[str] = field(default_factory=list)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
     _server: asyncio.Server | None = None
-    _index: int = 0
 
     async def __aenter__(self) -> ScriptedDevice:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -40,32 +34,7 @@ class ScriptedDevice:
         return address_of(self._server)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._index >= len(self.connections):
-            writer.close()
-            return
-        script = self.connections[self._index]
-        self._index += 1
-        try:
-            for expected, reply in script:
-                got = await reader.readexactly(len(expected)) if expected else b""
-                self.received.append(got)
-                self.arrivals.append(time.monotonic())
-                if got != expected:
-                    self.mismatches.append(f"expected {expected!r}, got {got!r}")
-                    break
-                if reply is CLOSE:
-                    writer.close()
-                    return
-                if isinstance(reply, bytes) and reply:
-                    writer.write(reply)
-                    await writer.drain()
-            if self._index == len(self.connections):
-                self.done.set()
-            await reader.read()  # hold the line open until the client closes it
-        except (asyncio.IncompleteReadError, ConnectionError):
-            self.mismatches.append("client closed early")
-        finally:
-            writer.close()
+        await self.play(reader, writer.write, writer.close)
 
 
 def address_of(server: asyncio.Server | None) -> str:

@@ -13,6 +13,8 @@ def test_tcp_serial_visa() -> None:
     visa = parse_address("visa://TCPIP::10.0.0.5::5025::SOCKET")
     assert visa.target == "TCPIP::10.0.0.5::5025::SOCKET"
     assert str(tcp) == "tcp://10.0.0.20:5025"
+    memory = parse_address("memory://ocs1")
+    assert (memory.scheme, memory.target, str(memory)) == ("memory", "ocs1", "memory://ocs1")
 
 
 @pytest.mark.parametrize(
@@ -25,6 +27,7 @@ def test_tcp_serial_visa() -> None:
         ("serial:///dev/ttyUSB0?speed=9600", "unknown serial option"),
         ("serial:///dev/ttyUSB0?baud=fast", "baud must be a whole number"),
         ("gpib://5", "unknown scheme"),
+        ("memory://", "missing device name"),
     ],
 )
 def test_bad_addresses_say_what_is_wrong(text: str, words: str) -> None:
