@@ -35,13 +35,6 @@ class Instrument(EventSource, abc.ABC):
                                      name=self.name, probe=self._probe,
                                      watch_interval_s=watch_interval_s)
         self.connection.add_listener(self._emit)
-        self.exchanged: tuple[int | None, int | None] = (None, None)
-        """Deprecated: the latest operation's (sent, answered), which a call that overlaps
-        may have overwritten by the time its caller reads it. A change returns its own
-        :class:`~instruments.exchange.Exchange`; read that."""
-        self.activation: tuple[int | None, int | None] = (None, None)
-        """Deprecated, as :attr:`exchanged`: the latest operation's (activated,
-        acknowledged)."""
 
     async def open(self) -> None:
         await self.connection.open()
@@ -70,11 +63,8 @@ class Instrument(EventSource, abc.ABC):
         async def timed(link: Link) -> tuple[T, Exchange]:
             link.mark()
             result = await exchange(link)
-            stamps = Exchange(link.sent_ns, link.answered_ns, link.activated_ns,
-                              link.acknowledged_ns)
-            self.exchanged = (stamps.sent_ns, stamps.answered_ns)
-            self.activation = (stamps.activated_ns, stamps.acknowledged_ns)
-            return result, stamps
+            return result, Exchange(link.sent_ns, link.answered_ns, link.activated_ns,
+                                    link.acknowledged_ns)
 
         return await self.connection.run(timed)
 

@@ -13,8 +13,8 @@ interleaved in one run:
    sleeps in its read); what the driver takes above it is labd's;
 2. a full 384-pair map replacement on a 384x384 emulator: labd's own time, i.e. the wall
    time of ``replace()`` minus the time on the wire and in the device: from the command's
-   first byte leaving to the kernel's stamp of the reply's arrival (the driver's
-   ``exchanged``), which holds the emulator's parsing and its switch model's time (target:
+   first byte leaving to the kernel's stamp of the reply's arrival (the
+   ``Exchange`` that ``replace()`` returns), which holds the emulator's parsing and its switch model's time (target:
    < 2 ms at p50). The device's settle time by its ground truth is printed beside it.
 
 Usage: python scripts/bench_switch.py [--rounds 10] [--per-round 200] [--replacements 30]
@@ -182,9 +182,9 @@ async def replacements(switch: PolatisScpi, control: str, count: int
             since = (await http.get("/v1/emulators/big/truth")).json()["changes"]
             last = since[-1]["seq"] if since else 0
             start = time.monotonic_ns()
-            await switch.replace(target)
+            stamps = await switch.replace(target)
             total = time.monotonic_ns() - start
-            sent, answered = switch.exchanged
+            sent, answered = stamps.sent_ns, stamps.answered_ns
             assert sent is not None and answered is not None
             (change,) = (await http.get("/v1/emulators/big/truth",
                                         params={"since": last})).json()["changes"]
