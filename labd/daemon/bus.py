@@ -210,7 +210,12 @@ class MqttBridge:
                         lost_at = None
                     await self._session(client, leading)
             except _Leading:
-                continue  # at once, as the leader
+                # At once, as the leader; deaf until its feed is back (heartbeats sent
+                # meanwhile are gone): judged as any other time the link was down, or a host
+                # whose heartbeat fell in the gap is lost as the watchdog starts.
+                self.services.hosts.link_down("taking over: the bridge reconnects as the "
+                                              "leader")
+                continue
             except aiomqtt.MqttError as exc:
                 # One line as the broker goes, one as it comes back; the tries between
                 # are for whoever asks with -v (and a reminder now and then).
