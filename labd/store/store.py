@@ -48,6 +48,8 @@ __all__ = ["ReconfigurationRecord", "Store", "connection_row", "insert_records",
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: What the writer's queue holds: the work, and the future and loop of whoever waits on it.
+_Queued = tuple[Any, "asyncio.Future[Any] | None", "asyncio.AbstractEventLoop | None"]
 BATCH = 5000
 #: SQLite result codes that mean the file itself is damaged (not merely out of reach).
 DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
@@ -133,9 +135,7 @@ class Store:
         """Why the last write failed; None while writes succeed."""
         self._sessions: sessionmaker[Session] | None = None
         # SimpleQueue: the C queue, a fraction of queue.Queue's locking on every record.
-        self._queue: queue.SimpleQueue[tuple[Any, asyncio.Future[Any] | None,
-                                             asyncio.AbstractEventLoop | None]] = \
-            queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.committed = 0
         self.fence: tuple[str, int] | None = None
@@ -308,53 +308,49 @@ class Store:
             if not work:
                 continue
             follower.before(len(work), self.loop_cpu)
-            results: list[Any] = []
-            error: BaseException | None = None
-            started = time.perf_counter()
-            fence = self.fence
-            try:
-                if connection is None:
-                    connection = self.engine.connect()
-                records = [item for item, _, _ in work
-                           if isinstance(item, ReconfigurationRecord)]
-                if len(records) == len(work) and commits_alone(connection, records, fence):
-                    results = commit_alone(connection, records, fence)
-                else:
-                    results = _transaction(connection, [item for item, _, _ in work], records,
-                                           fence)
-                self.committed += len(work)
-                self.failing = None
-                if self.on_commit is not None:
-                    self.on_commit(time.perf_counter() - started)
-            except Exception as exc:  # reported to every waiter of the batch
-                reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
-                    f"{exc.__class__.__name__}: {exc}"
-                fenced = stale(exc)
-                if fenced:
-                    reason = stale_message(exc)
-                # One line, not a traceback: every waiter hears of it as a refusal. A
-                # fenced write is the fence doing its work (a leader that lost its lease),
-                # not the store failing; a full disk refuses every write, told once a while.
-                self._tell("stale write" if fenced else "write",
-                           logging.WARNING if fenced else logging.ERROR,
-                           f"store {self.where} refused a write of {len(work)} record(s): "
-                           f"{reason}")
-                self.failing = reason
-                error = exc
-                _discard(connection)
-                connection = None
-            # One wake-up of the loop per batch, not one per record.
-            settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
-            for index, (_, future, loop) in enumerate(work):
-                if future is not None and loop is not None:
-                    outcome = error if error is not None else results[index]
-                    settled.setdefault(loop, []).append((future, outcome))
-            for loop, items in settled.items():
-                # The store's name only for a refusal's message: it is a URL parsed anew.
-                loop.call_soon_threadsafe(_settle, items, error is not None,
-                                          self.where if error is not None else "")
+            connection, results, error = self._commit(connection, work)
+            # The store's name only for a refusal's message: it is a URL parsed anew.
+            _wake(work, results, error, self.where if error is not None else "")
         if connection is not None:
             connection.close()
+
+    def _commit(self, connection: Connection | None, work: list[_Queued]
+                ) -> tuple[Connection | None, list[Any], BaseException | None]:
+        """One batch as one commit: the connection to keep, each item's result, and the
+        error that refused the whole batch (None when it is committed)."""
+        assert self.engine is not None
+        started = time.perf_counter()
+        fence = self.fence
+        try:
+            if connection is None:
+                connection = self.engine.connect()
+            records = [item for item, _, _ in work if isinstance(item, ReconfigurationRecord)]
+            if len(records) == len(work) and commits_alone(connection, records, fence):
+                results = commit_alone(connection, records, fence)
+            else:
+                results = _transaction(connection, [item for item, _, _ in work], records,
+                                       fence)
+            self.committed += len(work)
+            self.failing = None
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - started)
+        except Exception as exc:  # reported to every waiter of the batch
+            reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
+                f"{exc.__class__.__name__}: {exc}"
+            fenced = stale(exc)
+            if fenced:
+                reason = stale_message(exc)
+            # One line, not a traceback: every waiter hears of it as a refusal. A fenced
+            # write is the fence doing its work (a leader that lost its lease), not the
+            # store failing; a full disk refuses every write, told once a while.
+            self._tell("stale write" if fenced else "write",
+                       logging.WARNING if fenced else logging.ERROR,
+                       f"store {self.where} refused a write of {len(work)} record(s): "
+                       f"{reason}")
+            self.failing = reason
+            _discard(connection)
+            return None, [], exc
+        return connection, results, None
 
     def _tell(self, key: str, level: int, line: str) -> None:
         """A refusal, logged through the one limiter (labd.repeats): from the writer's
@@ -472,3 +468,16 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool, where: s
                 f"{reason}{_ADVICE}"))
         else:
             future.set_result(value)
+
+
+def _wake(work: list[_Queued], results: list[Any], error: BaseException | None,
+          where: str) -> None:
+    """Tell a batch's waiters how it went: one wake-up of each loop per batch, not one per
+    record."""
+    settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for index, (_, future, loop) in enumerate(work):
+        if future is not None and loop is not None:
+            outcome = error if error is not None else results[index]
+            settled.setdefault(loop, []).append((future, outcome))
+    for loop, items in settled.items():
+        loop.call_soon_threadsafe(_settle, items, error is not None, where)
