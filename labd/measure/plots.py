@@ -161,7 +161,7 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
     """``<run>-cdf``: per switch, labd's device and light times and the emulator's truth as
     CDFs; and where the run has several batch sizes, ``<run>-batch``: per switch, the
     device time's p50 and p99 (and the truth's p50) against batch size."""
-    from labd.measure.reconfig import conditions, figure_values, summarise, switch_label
+    from labd.measure.figures import conditions, figure_values, summarise, switch_label
 
     plt = _pyplot()
     values = figure_values(rows, full=False)
@@ -251,7 +251,7 @@ def schedule_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
     """``<run>-windows``: each window that needed a reconfiguration, its idle time against
     the reconfiguration's; below the diagonal, hidden (when started at the window's
     beginning)."""
-    from labd.measure.reconfig import conditions, switch_label
+    from labd.measure.figures import conditions, switch_label
 
     plt = _pyplot()
     with plt.rc_context(RC):
@@ -296,7 +296,7 @@ STEPS = (("detect", "detected"), ("choose a spare", "spare_chosen"),
 def failover_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Figure]]:
     """``<run>-stages``: each drill's recovery as a stack of its steps (ms after the
     failure), GPU failures then lost hosts."""
-    from labd.measure.reconfig import conditions
+    from labd.measure.figures import conditions
 
     plt = _pyplot()
     drills = [r for r in rows if "first_step" in r["ms"]]

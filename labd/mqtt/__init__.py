@@ -13,3 +13,6 @@ alike (and nothing of the daemon is loaded here):
 - ``private``      a Mosquitto of a run's own on a free loopback port, stopped and started
                    again on it (the tests, the soak, the benchmarks)
 """
+
+# Its modules, each imported where it is used: importing the package loads none of them.
+__all__ = ["client", "credentials", "envelope", "mosquitto", "payload", "private", "topics"]

@@ -1,26 +1,13 @@
 """The store's writer runs where the event loop runs (Linux).
 
-Every acknowledged change waits for its durable record, which passes twice between two
-threads: the event loop queues it and wakes the writer, the writer commits it and wakes the
-loop, and each takes the interpreter's lock from the other on the way. Left to the kernel,
-the two ran on one CPU in some minutes and on two in others; on two, every hand-over wakes
-the other CPU and carries the lock and the record's memory across. 8 emulated switches ran
-6,000-7,000 reconfigurations a second so, and 7,300-9,200 with the writer following the
-loop as below (docs/benchmarks.md, "The loop and the writer on one CPU").
-
-So the loop notes the CPU it queues each record from (``sched_getcpu``, 0.1 µs), and the
-writer, before a batch of a few records, moves to that CPU; it runs there as a batch thread
-(``SCHED_BATCH``): woken by the loop, it does not cut in, but runs when the loop waits, with
-whatever has queued by then. Without that, a writer woken beside the loop pushed the loop to
-the other CPU, and the writer chased it there (a thousand moves in five seconds; no gain).
-A lone record is no stream to follow: the writer commits it where it is (a loop that waits
-between requests wakes on any CPU, and a move for each cost the API's path more than it
-saved). A large batch (more than :data:`FOLLOW_AT_MOST` records: a burst, a backlog) is
-throughput, not a waiting request: the writer takes every CPU the process may use for it,
-beside the loop.
-
-Only the writer's own placement changes: the loop, and every thread or process it starts,
-stay where the kernel and the administrator put them.
+Every acknowledged change passes twice between the loop and the writer; on two CPUs each
+hand-over wakes the other CPU and carries the interpreter's lock and the record across, and
+following the loop measured faster (docs/benchmarks.md, "The loop and the writer on one
+CPU"). So the loop notes the CPU it queues each record from (``sched_getcpu``), and the
+writer, before a batch of a few records, moves there as a ``SCHED_BATCH`` thread: woken by
+the loop, it runs when the loop waits. A lone record is committed where the writer is, and a
+large batch (more than :data:`FOLLOW_AT_MOST` records) may run on every CPU the process may
+use. Only the writer's own placement changes.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The writer's reconfiguration records on PostgreSQL, on the psycopg connection itself.
 
-SQLAlchemy's bulk insert renders a batch as one multi-row ``INSERT ... RETURNING`` whose text
-differs with the batch's size, and psycopg parses every such text afresh: most of the
-writer's time went there, not to the server. Here a batch takes one of two shapes, each with
-fixed statement texts (parsed once, prepared by psycopg after a few uses):
-
-- **A few records** (at most :data:`FEW`, the durable record on the failover path among
-  them): one statement a record, the record and its pair changes together, all of them and
-  the intended state's statements sent in one pipeline.
-- **More**: their ids drawn from the sequence in one statement, then the records and their
-  pair changes each as one binary ``COPY``.
-
-A batch of records and nothing else commits itself (:func:`commit_records`): a few in one
-round trip, the WAL's flush included; more in two besides the COPYs' (two each). A batch
-with other work goes in inside the writer's transaction (:func:`insert_reconfigurations`).
-
-Either way the ids follow the order the records were queued in: the few are inserted one
-after another on one session, and the many take ids sorted as drawn. One writer inserts
-records, so a later batch's ids are larger than an earlier one's, as on SQLite.
-
-The intended state is applied per switch, not per record: what the batch's records leave it
-as, in two statements at most a switch (the same end as applying each record in turn).
+SQLAlchemy's bulk insert renders a batch as a statement whose text differs with its size,
+which psycopg parses afresh each time; here every statement's text is fixed (prepared after
+a few uses). A few records (at most :data:`FEW`) go one statement each in one pipeline; more
+take their ids in one statement and go in as binary ``COPY``s. A batch of records alone
+commits itself (:func:`commit_records`); one with other work goes in inside the writer's
+transaction (:func:`insert_reconfigurations`). Ids follow the order the records were queued
+in, and the intended state is applied per switch, not per record (docs/benchmarks.md,
+"PostgreSQL beside SQLite").
 """
 
 from __future__ import annotations

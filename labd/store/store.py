@@ -1,43 +1,29 @@
-"""One writer, many readers.
+"""The store: one writer thread commits every write, readers run on pooled connections.
 
-Every write goes through one writer thread that takes whatever has queued up and commits it
-as one transaction, so a burst of records costs one commit, and the event loop never waits
-on the disk: ``await store.write(...)`` resolves when the record is committed (durable).
-The writer commits a few records on the CPU the loop queued them from (labd.store.affinity).
-Readers run on their own pooled connections in worker threads. SQLite runs in WAL mode with
-a busy timeout, so readers and the writer never see "database is locked".
-
-Reconfiguration records, the hot path, go in on the driver's own connection: on SQLite one
-``executemany`` a batch; on PostgreSQL (:mod:`labd.store.postgresql`) a binary ``COPY`` for
-a large batch and one pipelined round trip for a few, such as the durable record a
-recovery awaits. Either way a batch's records take ids in the order they were queued.
-
-The store checks itself before anything uses it: SQLite's ``PRAGMA quick_check`` (PostgreSQL:
-the server answers and the migration table reads back), so a damaged file refuses the start
-with a message naming it, rather than answering reads with errors and acknowledging changes
-into it. A write or read that fails later is a :class:`StoreUnavailable` for whoever asked
-(the API's 503); the writer's transaction is rolled back, so nothing is half-recorded.
+A burst of writes costs one commit, and the event loop never waits on the disk:
+``await store.write(...)`` resolves once the record is durable. Reconfiguration records go
+in on the driver's own connection (:mod:`labd.store.records`). A store that fails its check
+at open (SQLite's ``quick_check``; PostgreSQL: the migration table reads back) refuses the
+start; a write or read that fails later is a :class:`StoreUnavailable` (the API's 503), its
+transaction rolled back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, delete, event, insert, make_url, select, text
+from sqlalchemy import create_engine, event, make_url, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -45,13 +31,25 @@ from sqlalchemy.orm import Session, sessionmaker
 from labd.errors import StaleEpoch, StoreError, StoreUnavailable
 from labd.files import create_private
 from labd.repeats import Repeats
-from labd.store import postgresql
 from labd.store.affinity import Follower, current_cpu
-from labd.store.models import ConnectionEvent, IntendedPair, PairChange, Reconfiguration
-from labd.store.postgresql import IntendedChange, ReconfigurationRow
+from labd.store.models import IntendedPair
+from labd.store.records import (
+    ReconfigurationRecord,
+    commit_alone,
+    commits_alone,
+    connection_row,
+    insert_records,
+    set_intended,
+)
+
+# What other packages import from here, beside the store itself.
+__all__ = ["ReconfigurationRecord", "Store", "connection_row", "insert_records",
+           "normalise_url", "set_intended", "sqlite_path", "stale", "stale_message"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: What the writer's queue holds: the work, and the future and loop of whoever waits on it.
+_Queued = tuple[Any, "asyncio.Future[Any] | None", "asyncio.AbstractEventLoop | None"]
 BATCH = 5000
 #: SQLite result codes that mean the file itself is damaged (not merely out of reach).
 DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
@@ -59,30 +57,6 @@ DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
 QUOTED_PROBLEMS = 3
 
 
-@dataclass
-class ReconfigurationRecord:
-    """One reconfiguration, as the engine hands it to the store, with what it did to the
-    switch's intended circuits (in the same transaction): ``intended`` replaces them all;
-    otherwise the ``connected`` pairs are added and the ``disconnected`` ones removed when
-    ``update_intended`` is set (a failed request changes nothing)."""
-
-    switch: str
-    cause: str
-    outcome: str
-    error: str | None
-    connected: Sequence[tuple[int, int]]
-    disconnected: Sequence[tuple[int, int]]
-    requested_ns: int
-    dispatched_ns: int | None
-    activated_ns: int | None
-    acked_ns: int | None
-    light_ns: int | None
-    done_ns: int
-    intended: dict[int, int] | None = None
-    update_intended: bool = False
-    wall_time: datetime | None = None
-    """Wall-clock time of the request; worked out from ``requested_ns`` by the writer when
-    left out (off the event loop, one clock reading a batch)."""
 
 
 def normalise_url(target: str | Path) -> str:
@@ -148,6 +122,11 @@ def _damaged(exc: SQLAlchemyError) -> bool:
 
 
 class Store:
+    """A store by URL (a path: SQLite). The writer commits whatever has queued up as one
+    transaction, a few records on the CPU the loop queued them from (labd.store.affinity);
+    SQLite runs in WAL mode with a busy timeout, so readers and the writer never see
+    "database is locked"."""
+
     def __init__(self, url: str | Path) -> None:
         self.url = normalise_url(url)
         self.path = sqlite_path(self.url)
@@ -156,9 +135,7 @@ class Store:
         """Why the last write failed; None while writes succeed."""
         self._sessions: sessionmaker[Session] | None = None
         # SimpleQueue: the C queue, a fraction of queue.Queue's locking on every record.
-        self._queue: queue.SimpleQueue[tuple[Any, asyncio.Future[Any] | None,
-                                             asyncio.AbstractEventLoop | None]] = \
-            queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Queued] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.committed = 0
         self.fence: tuple[str, int] | None = None
@@ -331,53 +308,49 @@ class Store:
             if not work:
                 continue
             follower.before(len(work), self.loop_cpu)
-            results: list[Any] = []
-            error: BaseException | None = None
-            started = time.perf_counter()
-            fence = self.fence
-            try:
-                if connection is None:
-                    connection = self.engine.connect()
-                records = [item for item, _, _ in work
-                           if isinstance(item, ReconfigurationRecord)]
-                if len(records) == len(work) and _commits_alone(connection, records, fence):
-                    results = _commit_alone(connection, records, fence)
-                else:
-                    results = _transaction(connection, [item for item, _, _ in work], records,
-                                           fence)
-                self.committed += len(work)
-                self.failing = None
-                if self.on_commit is not None:
-                    self.on_commit(time.perf_counter() - started)
-            except Exception as exc:  # reported to every waiter of the batch
-                reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
-                    f"{exc.__class__.__name__}: {exc}"
-                fenced = stale(exc)
-                if fenced:
-                    reason = stale_message(exc)
-                # One line, not a traceback: every waiter hears of it as a refusal. A
-                # fenced write is the fence doing its work (a leader that lost its lease),
-                # not the store failing; a full disk refuses every write, told once a while.
-                self._tell("stale write" if fenced else "write",
-                           logging.WARNING if fenced else logging.ERROR,
-                           f"store {self.where} refused a write of {len(work)} record(s): "
-                           f"{reason}")
-                self.failing = reason
-                error = exc
-                _discard(connection)
-                connection = None
-            # One wake-up of the loop per batch, not one per record.
-            settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
-            for index, (_, future, loop) in enumerate(work):
-                if future is not None and loop is not None:
-                    outcome = error if error is not None else results[index]
-                    settled.setdefault(loop, []).append((future, outcome))
-            for loop, items in settled.items():
-                # The store's name only for a refusal's message: it is a URL parsed anew.
-                loop.call_soon_threadsafe(_settle, items, error is not None,
-                                          self.where if error is not None else "")
+            connection, results, error = self._commit(connection, work)
+            # The store's name only for a refusal's message: it is a URL parsed anew.
+            _wake(work, results, error, self.where if error is not None else "")
         if connection is not None:
             connection.close()
+
+    def _commit(self, connection: Connection | None, work: list[_Queued]
+                ) -> tuple[Connection | None, list[Any], BaseException | None]:
+        """One batch as one commit: the connection to keep, each item's result, and the
+        error that refused the whole batch (None when it is committed)."""
+        assert self.engine is not None
+        started = time.perf_counter()
+        fence = self.fence
+        try:
+            if connection is None:
+                connection = self.engine.connect()
+            records = [item for item, _, _ in work if isinstance(item, ReconfigurationRecord)]
+            if len(records) == len(work) and commits_alone(connection, records, fence):
+                results = commit_alone(connection, records, fence)
+            else:
+                results = _transaction(connection, [item for item, _, _ in work], records,
+                                       fence)
+            self.committed += len(work)
+            self.failing = None
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - started)
+        except Exception as exc:  # reported to every waiter of the batch
+            reason = _reason(exc) if isinstance(exc, SQLAlchemyError) else \
+                f"{exc.__class__.__name__}: {exc}"
+            fenced = stale(exc)
+            if fenced:
+                reason = stale_message(exc)
+            # One line, not a traceback: every waiter hears of it as a refusal. A fenced
+            # write is the fence doing its work (a leader that lost its lease), not the
+            # store failing; a full disk refuses every write, told once a while.
+            self._tell("stale write" if fenced else "write",
+                       logging.WARNING if fenced else logging.ERROR,
+                       f"store {self.where} refused a write of {len(work)} record(s): "
+                       f"{reason}")
+            self.failing = reason
+            _discard(connection)
+            return None, [], exc
+        return connection, results, None
 
     def _tell(self, key: str, level: int, line: str) -> None:
         """A refusal, logged through the one limiter (labd.repeats): from the writer's
@@ -446,38 +419,6 @@ def _transaction(connection: Connection, items: list[Any],
     return results
 
 
-def _commits_alone(connection: Connection, records: list[ReconfigurationRecord],
-                   fence: tuple[str, int] | None) -> bool:
-    """Whether a batch of records alone commits itself on the driver's connection: on
-    psycopg, and on sqlite3 outside a fence (checked only in a transaction of SQLAlchemy's)."""
-    driver = connection.dialect.driver
-    return bool(records) and (driver == "psycopg" or (driver == "pysqlite" and fence is None))
-
-
-def _commit_alone(connection: Connection, records: list[ReconfigurationRecord],
-                  fence: tuple[str, int] | None = None) -> list[int]:
-    """Records, and nothing else, in less of the writer's time than a transaction of
-    SQLAlchemy's: on PostgreSQL in fewer round trips
-    (:func:`labd.store.postgresql.commit_records`); on SQLite on the sqlite3 connection
-    itself, which begins the transaction at the first insert, as it does under SQLAlchemy
-    (whose begin and commit around it are Python, holding the interpreter's lock the event
-    loop needs)."""
-    if connection.dialect.name == "sqlite":
-        dbapi = connection.connection.driver_connection
-        assert dbapi is not None
-        try:
-            ids = _insert_sqlite(connection, records)
-            dbapi.commit()
-        except BaseException:
-            with contextlib.suppress(Exception):  # the writer drops the connection anyway
-                dbapi.rollback()
-            raise
-        return ids
-    return postgresql.commit_records(
-        connection.connection.driver_connection,  # type: ignore[arg-type]
-        connection.info, *_postgresql_args(records), fence=fence)
-
-
 #: The fence of a leader's write (migration 0007), as its first statement.
 _FENCE = text("SELECT labd_fence(:lab, :epoch)")
 #: The SQLSTATE ``labd_fence`` refuses a write from a passed epoch with.
@@ -494,207 +435,6 @@ def stale_message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", exc)
     diag = getattr(orig, "diag", None)
     return str(getattr(diag, "message_primary", None) or str(orig).splitlines()[0])
-
-
-_SQLITE_RECONFIGURATION = (
-    "INSERT INTO reconfigurations (id, switch, cause, outcome, error, batch_size, "
-    "requested_ns, dispatched_ns, activated_ns, acked_ns, light_ns, done_ns, wall_time) "
-    "VALUES")
-_RECONFIGURATION_WIDTH = 13
-
-
-def _walls(records: Sequence[ReconfigurationRecord]) -> list[datetime]:
-    """Each record's wall-clock time: its own, or its request's monotonic stamp on the wall
-    clock, by one reading of both clocks for the whole batch."""
-    offset_ns = time.time_ns() - time.monotonic_ns()
-    return [r.wall_time if r.wall_time is not None
-            else datetime.fromtimestamp((r.requested_ns + offset_ns) / 1e9, UTC)
-            for r in records]
-
-
-def _stored_walls(records: Sequence[ReconfigurationRecord]) -> list[str]:
-    """:func:`_walls` as SQLAlchemy's DateTime stores them on SQLite (naive UTC,
-    microseconds), formatted from the nanoseconds: a batch's records share their seconds,
-    and a datetime per record cost more than its insert."""
-    offset_ns = time.time_ns() - time.monotonic_ns()
-    seconds: dict[int, str] = {}
-    out = []
-    for r in records:
-        if r.wall_time is not None:
-            out.append(r.wall_time.astimezone(UTC).isoformat(" ", "microseconds")[:26])
-            continue
-        second, ns = divmod(r.requested_ns + offset_ns, 1_000_000_000)
-        prefix = seconds.get(second)
-        if prefix is None:
-            prefix = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
-        out.append(f"{prefix}.{ns // 1000:06d}")
-    return out
-
-
-#: Bound parameters one statement may carry on every SQLite (999 before 3.32).
-_SQLITE_PARAMETERS = 999
-
-
-@functools.lru_cache(maxsize=256)
-def _statement(head: str, count: int, width: int) -> str:
-    """``head (?,?),(?,?)``: ``count`` rows of ``width`` values (one string object per
-    statement, so sqlite3's cache of prepared statements finds it at once)."""
-    row = "(" + ",".join("?" * width) + ")"
-    return f"{head} {','.join([row] * count)}"
-
-
-def _execute_rows(cursor: Any, head: str, width: int, rows: Sequence[Sequence[Any]],
-                  ) -> int:
-    """``head`` (``INSERT INTO t (...) VALUES``) then ``rows`` as ``(?,?),(?,?)``, in as few
-    statements as SQLite's parameter limit allows, not a statement per row: the sqlite3
-    module lets go of the GIL for each row of an executemany and must take it back after,
-    and with the event loop's thread busy each take waits its turn. Returns the last
-    statement's last row id."""
-    if len(rows) == 1:  # the common case: the row as it is, not flattened
-        cursor.execute(_statement(head, 1, width), rows[0])
-        return int(cursor.lastrowid or 0)
-    per = max(1, _SQLITE_PARAMETERS // width)
-    for start in range(0, len(rows), per):
-        chunk = rows[start:start + per]
-        cursor.execute(_statement(head, len(chunk), width),
-                       [value for row in chunk for value in row])
-    return int(cursor.lastrowid or 0)
-
-
-def _delete_in(cursor: Any, head: str, fixed: list[Any], values: Sequence[Any]) -> None:
-    """``head (?,?,...)`` over ``values``, each statement with the ``fixed`` parameters
-    first, as few statements as the parameter limit allows."""
-    per = _SQLITE_PARAMETERS - len(fixed)
-    for start in range(0, len(values), per):
-        chunk = values[start:start + per]
-        cursor.execute(f"{head} ({','.join('?' * len(chunk))})", [*fixed, *chunk])
-
-
-def _insert_sqlite(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
-    """The same as the Core path, on the sqlite3 cursor itself: a durable record is on the
-    path of every acknowledged request, and SQLAlchemy's per-statement machinery costs ten
-    times the insert. Same transaction, same columns, same storage format (SQLAlchemy's
-    DateTime on SQLite: naive UTC, microseconds); a few statements a batch, whatever its
-    size (:func:`_execute_rows`)."""
-    cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    rows = [(None, r.switch, r.cause, r.outcome, r.error,
-             len(r.connected) + len(r.disconnected), r.requested_ns, r.dispatched_ns,
-             r.activated_ns, r.acked_ns, r.light_ns, r.done_ns, wall)
-            for r, wall in zip(records, _stored_walls(records), strict=True)]
-    # The rows take consecutive ids, the last row the last statement's lastrowid: nothing
-    # else can take one in between (the insert holds the database's write lock until this
-    # transaction commits).
-    last = _execute_rows(cursor, _SQLITE_RECONFIGURATION, _RECONFIGURATION_WIDTH, rows)
-    ids = list(range(last - len(rows) + 1, last + 1))
-    changes = [(rid, action, a, b) for rid, r in zip(ids, records, strict=True)
-               for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
-               for a, b in pairs]
-    if changes:
-        _execute_rows(cursor, "INSERT INTO pair_changes (reconfiguration_id, action, a, b) "
-                              "VALUES", 4, changes)
-    # What the batch leaves each switch's intended circuits as, as on PostgreSQL: the same
-    # end as applying its records one after another (intended_changes). Plain IN lists:
-    # SQLite reads ``IN (?)`` as ``= ?``, where ``IN (VALUES ...)`` builds a table first.
-    replaced: list[str] = []
-    added: list[tuple[str, int, int]] = []
-    for change in intended_changes(records):
-        if change.replace:
-            replaced.append(change.switch)
-        elif change.ports:
-            _delete_in(cursor, "DELETE FROM intended_pairs WHERE switch = ? AND a IN",
-                       [change.switch], list(change.ports))
-        added.extend((change.switch, a, b) for a, b in change.ports.items() if b is not None)
-    if replaced:
-        _delete_in(cursor, "DELETE FROM intended_pairs WHERE switch IN", [], replaced)
-    if added:
-        _execute_rows(cursor, "INSERT INTO intended_pairs (switch, a, b) VALUES", 3, added)
-    cursor.close()
-    return ids
-
-
-def insert_records(connection: Connection, records: list[ReconfigurationRecord]) -> list[int]:
-    """Insert reconfigurations and their pair changes and apply their intended states, in
-    order, inside the transaction open on ``connection`` (the writer's batch); returns the
-    records' ids, in the order given, each larger than any before it."""
-    if not records:
-        return []
-    if connection.dialect.name == "sqlite":
-        return _insert_sqlite(connection, records)
-    if connection.dialect.driver == "psycopg":
-        return postgresql.insert_reconfigurations(
-            connection.connection.driver_connection,  # type: ignore[arg-type]
-            connection.info, *_postgresql_args(records))
-    return _insert_core(connection, records)
-
-
-def _postgresql_args(records: Sequence[ReconfigurationRecord]) -> tuple[
-        list[ReconfigurationRow], list[list[tuple[str, int, int]]], list[IntendedChange]]:
-    """The records as :mod:`labd.store.postgresql` takes them: their rows, their pair
-    changes, and what they leave the intended state as."""
-    # A naive wall time is taken as UTC, as everywhere in labd: the binary COPY of a
-    # timestamptz refuses one, and a statement would read it in the session's time zone.
-    rows: list[ReconfigurationRow] = [
-        (r.switch, r.cause, r.outcome, r.error, len(r.connected) + len(r.disconnected),
-         r.requested_ns, r.dispatched_ns, r.activated_ns, r.acked_ns, r.light_ns, r.done_ns,
-         wall if wall.tzinfo is not None else wall.replace(tzinfo=UTC))
-        for r, wall in zip(records, _walls(records), strict=True)]
-    changes = [[("connect", a, b) for a, b in r.connected]
-               + [("disconnect", a, b) for a, b in r.disconnected] for r in records]
-    return rows, changes, intended_changes(records)
-
-
-def intended_changes(records: Sequence[ReconfigurationRecord]) -> list[IntendedChange]:
-    """What a batch's records leave each switch's intended circuits as: the same end as
-    applying them one after another (a replacement drops the switch's circuits, then sets
-    its own; an update drops the ports it disconnected or connected, then sets the
-    connected ones), so that a batch costs a statement or two a switch, not a record."""
-    out: dict[str, IntendedChange] = {}
-    for r in records:
-        if r.intended is not None:
-            out[r.switch] = IntendedChange(r.switch, replace=True, ports=dict(r.intended))
-        elif r.update_intended:
-            ports = out.setdefault(r.switch, IntendedChange(r.switch)).ports
-            for a, _ in r.disconnected:
-                ports[a] = None
-            for a, b in r.connected:  # (after: a port both broken and made is made)
-                ports[a] = b
-    return list(out.values())
-
-
-def _insert_core(session: Connection, records: list[ReconfigurationRecord]) -> list[int]:
-    """:func:`insert_records` through SQLAlchemy Core, for a driver other than psycopg on a
-    server other than SQLite."""
-    rows = [{"switch": r.switch, "cause": r.cause, "outcome": r.outcome, "error": r.error,
-             "batch_size": len(r.connected) + len(r.disconnected),
-             "requested_ns": r.requested_ns, "dispatched_ns": r.dispatched_ns,
-             "activated_ns": r.activated_ns, "acked_ns": r.acked_ns, "light_ns": r.light_ns,
-             "done_ns": r.done_ns,
-             "wall_time": wall} for r, wall in zip(records, _walls(records), strict=True)]
-    if len(rows) == 1:
-        ids = [int(session.execute(insert(Reconfiguration).returning(Reconfiguration.id),
-                                   rows[0]).scalar_one())]
-    else:
-        result = session.execute(insert(Reconfiguration).returning(
-            Reconfiguration.id, sort_by_parameter_order=True), rows)
-        ids = [int(i) for i in result.scalars()]
-    changes = [{"reconfiguration_id": rid, "action": action, "a": a, "b": b}
-               for rid, r in zip(ids, records, strict=True)
-               for action, pairs in (("connect", r.connected), ("disconnect", r.disconnected))
-               for a, b in pairs]
-    if changes:
-        session.execute(insert(PairChange), changes)
-    for r in records:
-        if r.intended is not None:
-            set_intended(session, r.switch, r.intended)
-        elif r.update_intended:
-            gone = [a for a, _ in r.disconnected] + [a for a, _ in r.connected]
-            if gone:
-                session.execute(delete(IntendedPair).where(
-                    IntendedPair.switch == r.switch, IntendedPair.a.in_(gone)))
-            if r.connected:
-                session.execute(insert(IntendedPair), [
-                    {"switch": r.switch, "a": a, "b": b} for a, b in r.connected])
-    return ids
 
 
 _ADVICE = ("; check the disk (space, permissions), or stop labd and move the store aside "
@@ -730,21 +470,14 @@ def _settle(items: list[tuple[asyncio.Future[Any], Any]], failed: bool, where: s
             future.set_result(value)
 
 
-def _since(monotonic_ns: int) -> timedelta:
-    """How long ago a monotonic timestamp was, to date a record on the wall clock."""
-    return timedelta(microseconds=(time.monotonic_ns() - monotonic_ns) / 1000)
-
-
-def set_intended(session: Session | Connection, switch: str, pairs: dict[int, int]) -> None:
-    """Replace a switch's intended circuits (inside the writer's transaction)."""
-    session.execute(delete(IntendedPair).where(IntendedPair.switch == switch))
-    if pairs:
-        session.execute(insert(IntendedPair), [{"switch": switch, "a": a, "b": b}
-                                               for a, b in pairs.items()])
-
-
-def connection_row(instrument: str, kind: str, state: str | None, detail: str,
-                   at_ns: int) -> ConnectionEvent:
-    return ConnectionEvent(instrument=instrument, kind=kind, state=state, detail=detail,
-                           at_ns=at_ns, wall_time=datetime.now(UTC) - _since(at_ns))
-
+def _wake(work: list[_Queued], results: list[Any], error: BaseException | None,
+          where: str) -> None:
+    """Tell a batch's waiters how it went: one wake-up of each loop per batch, not one per
+    record."""
+    settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for index, (_, future, loop) in enumerate(work):
+        if future is not None and loop is not None:
+            outcome = error if error is not None else results[index]
+            settled.setdefault(loop, []).append((future, outcome))
+    for loop, items in settled.items():
+        loop.call_soon_threadsafe(_settle, items, error is not None, where)

@@ -77,7 +77,7 @@ async def test_a_campaign_uses_free_ports_leaves_them_free_and_resumes(
 def test_the_model_check_compares_percentiles_and_each_change() -> None:
     from rich.console import Console
 
-    from labd.measure.reconfig import model_check
+    from labd.measure.reports import model_check
 
     def row(i: int, switching_ms: float, truth_ms: float, before_ms: float = 0.0) -> dict:
         # ``before_ms`` of provisioning (a CALIENT's ENT-CRS) before the command that moved

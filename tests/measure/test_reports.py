@@ -17,7 +17,7 @@ from rich.console import Console
 
 from labd.emulation.failover import failover_report
 from labd.measure.plots import PlotStyle, reconfig_figures, reconfig_plots
-from labd.measure.reconfig import compare_table, failures, summary_table
+from labd.measure.reports import compare_table, failures, summary_table
 from labd.measure.runs import Run, RunStore
 from labd.measure.stats import compare_values, needed
 from tests.commands.test_cli import run

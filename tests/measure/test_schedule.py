@@ -11,7 +11,7 @@ from rich.console import Console
 
 from labd.client.api import DaemonClient
 from labd.errors import ScheduleError
-from labd.measure.reconfig import compare_schedules
+from labd.measure.reports import compare_schedules
 from labd.measure.runs import Run
 from labd.measure.schedule import (
     check_switches,
