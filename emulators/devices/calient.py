@@ -30,10 +30,6 @@ class CalientOptions:
     users: dict[str, str] = field(default_factory=lambda: {"admin": "pxc***"})
     prompt: str = ""
     login_settle_ms: float = 0.0
-    port_fields: str = "keyword"
-    """``RTRV-PORT`` rows: ``keyword`` (``1.1.1:TYPE=OPTICAL,AS=IS,OS=IS,ALIAS=``, labd's
-    form, which its driver reads) or ``positional`` (``1.1.1:WX,NONE,NONE:INAS=IS,…``, the
-    form a real S162 answered in Quali's driver tests, which Quali's parser needs)."""
 
 
 @dataclass
@@ -55,6 +51,7 @@ class CalientSwitch:
         self.name = name
         self.options = options
         self.model = SwitchModel(name, options.ports, 0, timing=timing)
+        self._port_fields = "keyword"
         self.faults = Faults()
         self.crs: dict[str, Crs] = {}
         # Port → connection: a command names each of its ports, and a scan of every
@@ -75,6 +72,21 @@ class CalientSwitch:
     def boot(self) -> None:
         """Power comes back: the connection database and the mirrors' positions persist."""
         self.faults.clear()
+
+    @property
+    def port_fields(self) -> str:
+        """``RTRV-PORT`` rows: ``keyword`` (``1.1.1:TYPE=OPTICAL,AS=IS,OS=IS,ALIAS=``, labd's
+        form, which its driver reads) or ``positional`` (``1.1.1:WX,NONE,NONE:INAS=IS,…``,
+        the form a real S162 answered in Quali's driver tests, which Quali's parser
+        needs). Set on the running device; the lab file does not name it yet."""
+        return self._port_fields
+
+    @port_fields.setter
+    def port_fields(self, form: str) -> None:
+        if form not in ("keyword", "positional"):
+            raise ValueError(f"CALIENT port_fields {form!r}: expected 'keyword' or "
+                             "'positional'")
+        self._port_fields = form
 
     def aid(self, port: int) -> str:
         slot, index = divmod(port - 1, self.options.ports_per_slot)
@@ -209,7 +221,7 @@ class CalientTl1Session(Tl1Session):
     async def _rtrv_port(self, c: Tl1Command, t: int) -> list[str]:
         ports = self._named_ports(c.aid)
         states = {"E": ("IS", "IS"), "D": ("OOS-MA", "OOS-MA"), "F": ("IS", "OOS-AU")}
-        form = self.device.options.port_fields.lower()
+        form = self.device.port_fields
         lines = []
         for p in ports:
             admin, oper = states[self.model.state_of(p)]

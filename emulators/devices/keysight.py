@@ -189,10 +189,31 @@ class KeysightSession(ScpiDeviceSession):
             f"{sense}:FUNCtion:STATe?": self._function_state,
             f"{sense}:FUNCtion:RESult?": self._result,
         }
-        super().__init__(table, error_format='{signed},"{text}"')
+        super().__init__(self._with_module_channel(table), error_format='{signed},"{text}"')
 
 
     # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _with_module_channel(table: dict[str, Any]) -> dict[str, Any]:
+        """``[:CHANnel]`` (always the second node) spelled out: an N774x has one module, so
+        its channel suffix must be 1 (-114 otherwise) and is dropped before the handler,
+        which reads the ``SENSe``/``READ``/``TRIGger`` suffix as the meter channel."""
+        def module_one(handler: Any) -> Any:
+            def checked(args: str, suffixes: list[int]) -> Any:
+                if len(suffixes) > 1 and suffixes[1] != 1:
+                    raise ScpiError(-114, "Header suffix out of range; CHANnel 1 only")
+                return handler(args, suffixes[:1] + suffixes[2:])
+            return checked
+
+        out = {}
+        for pattern, handler in table.items():
+            if "[:CHANnel]" in pattern:
+                out[pattern.replace("[:CHANnel]", "")] = handler
+                out[pattern.replace("[:CHANnel]", ":CHANnel")] = module_one(handler)
+            else:
+                out[pattern] = handler
+        return out
+
     def _channel(self, suffixes: list[int]) -> int:
         channel = suffixes[0] if suffixes else 1
         if channel not in self.meter.state:

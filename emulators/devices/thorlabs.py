@@ -265,13 +265,8 @@ class ThorlabsSession(ScpiDeviceSession):
         return f"{o.sensor},{o.sensor_serial},01-Jan-2024,1,18,289"
 
     def _wavelength(self, args: str, s: list[int]) -> str:
-        which = args.strip().upper()
         o = self.device.options
-        if which == "MIN":
-            return f"{o.sensor_min_nm:.6E}"
-        if which == "MAX":
-            return f"{o.sensor_max_nm:.6E}"
-        return f"{self._chan.wavelength_nm:.6E}"
+        return self._value(args, self._chan.wavelength_nm, o.sensor_min_nm, o.sensor_max_nm)
 
     def _set_wavelength(self, args: str, s: list[int]) -> None:
         nm = parse_number(args, ("NM",))

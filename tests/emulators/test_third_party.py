@@ -30,13 +30,14 @@ async def lab() -> AsyncIterator[EmulatedLab]:
         EmulatorSpec("ocs", "polatis", {"size": "16x16"}, dict(FAST)),
         EmulatorSpec("cal", "calient", {"ports": 64, "users": {"admin": "secret"}},
                      dict(FAST)),
-        EmulatorSpec("calq", "calient", {"ports": 64, "users": {"admin": "secret"},
-                                         "port_fields": "positional"}, dict(FAST)),
+        EmulatorSpec("calq", "calient", {"ports": 64, "users": {"admin": "secret"}},
+                     dict(FAST)),
         EmulatorSpec("pm", "thorlabs", {}, {}),
         EmulatorSpec("n77", "keysight", {}, {}),
         EmulatorSpec("mesh", "mesh", {"ports": 4}, {}, serve={"serial": ServeSpec(serve="pty")}),
     ]
     async with EmulatedLab(specs, control=False) as emulated:
+        emulated.device("calq").port_fields = "positional"  # type: ignore[attr-defined]
         yield emulated
 
 
@@ -291,7 +292,7 @@ def test_the_protocols_table_lists_exactly_the_tested_forms() -> None:
 # -- the third-party clients themselves ---------------------------------------------------
 
 def pymeasure_session(address: str) -> dict[str, Any]:
-    from pymeasure.instruments.thorlabs import ThorlabsPM100USB
+    from pymeasure.instruments.thorlabs import ThorlabsPM100USB  # type: ignore[import-untyped]
 
     host, port = _address(address)
     meter = ThorlabsPM100USB(f"TCPIP::{host}::{port}::SOCKET", visa_library="@py",
@@ -313,6 +314,7 @@ def pymeasure_session(address: str) -> dict[str, Any]:
 
 @pytest.mark.filterwarnings("ignore:It is not known whether this device support SCPI")
 async def test_pymeasure_thorlabs_pm100usb_drives_the_meter(lab: EmulatedLab) -> None:
+    pytest.importorskip("pymeasure", reason="PyMeasure (a dev dependency) is not installed")
     out = await asyncio.to_thread(pymeasure_session, lab.endpoints["pm"]["scpi"])
     assert out["sensor"] == "S122C" and out["power_sensor"] and out["settable"]
     assert (out["min"], out["max"]) == (700.0, 1800.0)
@@ -342,6 +344,7 @@ def qontrol_session(path: str) -> dict[str, Any]:
 
 
 async def test_the_qontrol_library_drives_the_board(lab: EmulatedLab) -> None:
+    pytest.importorskip("qontrol", reason="qontrol (a dev dependency) is not installed")
     path = lab.endpoints["mesh"]["serial"].removeprefix("serial://")
     out = await asyncio.to_thread(qontrol_session, path)
     assert out["id"] == "Q8iv-01A0"
@@ -385,3 +388,30 @@ async def test_pyvisa_py_sends_the_third_party_forms(lab: EmulatedLab) -> None:
     assert out[0] == "10"
     assert all(float(x) > 0 for x in out[1:4])
     assert out[4:] == ["1", '0,"No error"', "CME", "1.55000E-06", '+0,"No error"']
+
+
+def test_an_unknown_port_field_form_is_refused() -> None:
+    from emulators.lab import build_device
+
+    device = build_device(EmulatorSpec("c", "calient", {}, {}))
+    assert device.port_fields == "keyword"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="port_fields 'json'"):
+        device.port_fields = "json"  # type: ignore[attr-defined]
+
+
+async def test_an_n774x_has_one_module_channel(lab: EmulatedLab) -> None:
+    form = Form("n77", ":SENS2:CHAN2:POW:WAV 1310NM", "", check=":SENS2:CHAN1:POW:WAV?")
+    answer, error = await asyncio.to_thread(scpi_form, lab.endpoints["n77"]["scpi"], form,
+                                            b"\n")
+    assert answer == "1.55000E-06"  # the setting through CHAN2 was refused
+    assert error == '-114,"Header suffix out of range; CHANnel 1 only"'
+
+
+@pytest.mark.parametrize(("query", "expect"), [("SENS:CORR:WAV? MINIMUM", "7.000000E+02"),
+                                               ("SENSE:CORRECTION:WAVELENGTH? MAXIMUM",
+                                                "1.800000E+03")])
+async def test_pm100_limits_answer_in_long_form(lab: EmulatedLab, query: str,
+                                                expect: str) -> None:
+    answer, error = await asyncio.to_thread(scpi_form, lab.endpoints["pm"]["scpi"],
+                                            Form("pm", query, ""), b"\n")
+    assert (answer, error) == (expect, '0,"No error"')
