@@ -51,6 +51,7 @@ class CalientSwitch:
         self.name = name
         self.options = options
         self.model = SwitchModel(name, options.ports, 0, timing=timing)
+        self._port_fields = "keyword"
         self.faults = Faults()
         self.crs: dict[str, Crs] = {}
         # Port → connection: a command names each of its ports, and a scan of every
@@ -71,6 +72,21 @@ class CalientSwitch:
     def boot(self) -> None:
         """Power comes back: the connection database and the mirrors' positions persist."""
         self.faults.clear()
+
+    @property
+    def port_fields(self) -> str:
+        """``RTRV-PORT`` rows: ``keyword`` (``1.1.1:TYPE=OPTICAL,AS=IS,OS=IS,ALIAS=``, labd's
+        form, which its driver reads) or ``positional`` (``1.1.1:WX,NONE,NONE:INAS=IS,…``,
+        the form a real S162 answered in Quali's driver tests, which Quali's parser
+        needs). Set on the running device; the lab file does not name it yet."""
+        return self._port_fields
+
+    @port_fields.setter
+    def port_fields(self, form: str) -> None:
+        if form not in ("keyword", "positional"):
+            raise ValueError(f"CALIENT port_fields {form!r}: expected 'keyword' or "
+                             "'positional'")
+        self._port_fields = form
 
     def aid(self, port: int) -> str:
         slot, index = divmod(port - 1, self.options.ports_per_slot)
@@ -127,6 +143,7 @@ class CalientTl1Session(Tl1Session):
         self.verbs.update({
             "RTRV-NE": self._rtrv_ne,
             "RTRV-PORT": self._rtrv_port,
+            "RTRV-PORT-SUM": self._rtrv_port_sum,
             "ENT-CRS": self._ent_crs,
             "ACT-CRS": self._act_crs,
             "CANC-CRS": self._canc_crs,
@@ -195,12 +212,45 @@ class CalientTl1Session(Tl1Session):
         o = self.device.options
         return [f"SERIALNUMBER={o.serial},SWPACKAGE={o.software},STATUS=OK,CHASSISTYPE={o.chassis}"]
 
+    def _named_ports(self, aid: str) -> list[int]:
+        """``0``, ``ALL`` or nothing: every port; else ``&``-joined shelf.slot.port AIDs."""
+        if aid.upper() in ("", "0", "ALL"):
+            return list(range(1, self.model.ports + 1))
+        return [self.device.port(x) for x in aid.split("&")]
+
     async def _rtrv_port(self, c: Tl1Command, t: int) -> list[str]:
-        ports = (range(1, self.model.ports + 1) if c.aid in ("", "0", "ALL")
-                 else [self.device.port(x) for x in c.aid.split("&")])
-        states = {"E": "AS=IS,OS=IS", "D": "AS=OOS-MA,OS=OOS-MA", "F": "AS=IS,OS=OOS-AU"}
-        return [f"{self.device.aid(p)}:TYPE=OPTICAL,{states[self.model.state_of(p)]},ALIAS="
-                for p in ports]
+        ports = self._named_ports(c.aid)
+        states = {"E": ("IS", "IS"), "D": ("OOS-MA", "OOS-MA"), "F": ("IS", "OOS-AU")}
+        form = self.device.port_fields
+        lines = []
+        for p in ports:
+            admin, oper = states[self.model.state_of(p)]
+            if form == "positional":
+                # <type>,<in role>,<out role> then per-direction states, as the S162 rows in
+                # Quali's driver tests; the roles' meaning is not documented [?].
+                role = "TRANSIT" if self.device.using(p) else "NONE"
+                lines.append(f"{self.device.aid(p)}:WX,{role},{role}:INAS={admin},"
+                             f"INOS={oper},INOC=OK,INRS=NPR,OUTAS={admin},OUTOS={oper},"
+                             "OUTOC=OK,OUTRS=NPR")
+            else:
+                lines.append(f"{self.device.aid(p)}:TYPE=OPTICAL,AS={admin},OS={oper},ALIAS=")
+        return lines
+
+    async def _rtrv_port_sum(self, c: Tl1Command, t: int) -> list[str]:
+        """Per port: alias, powers and the connection through it (``CONNNAME1``), whose
+        state is ``ACT`` when active and ``NONE`` when only entered, as in Quali's driver
+        tests; a port carries at most one connection here, so the second is ``NONE``."""
+        lines = []
+        for p in self._named_ports(c.aid):
+            crs = self.device.using(p)
+            name = crs.name if crs else "NONE"
+            state = "ACT" if crs and crs.active else "NONE"
+            power = self.model.power_dbm(p)
+            inpwr = f"{power:.2f}" if power > -60 else "NONE"
+            lines.append(f"{self.device.aid(p)}:ALIAS=NONE,INPWR={inpwr},OUTPWR=NONE,"
+                         f"CONNNAME1={name},CONNSTATE1={state},CONNNAME2=NONE,"
+                         "CONNSTATE2=NONE")
+        return lines
 
     async def _ent_crs(self, c: Tl1Command, t: int) -> None:
         pairs = self._pairs(c.aid)

@@ -24,6 +24,7 @@ from emulators.wire.scpi import (
     ScpiError,
     definite_block,
     parse_bool,
+    parse_enum,
     parse_number,
 )
 from emulators.wire.server import Interface, SessionInterface
@@ -36,6 +37,9 @@ LOG_SLICE = 100
 #: ``:SENS<n>:POW:ATIM?`` 1.000000E-01, ``:UNIT?`` 0 (dBm), ``:WAV?`` 1.55000E-06, auto range.
 POWER_ON_ATIME_S = 0.1
 POWER_ON_NM = 1550.0
+#: The trigger input responses, long form as the programming guide writes them: a client
+#: may send either (``:TRIG1:INP CMEASURE`` or ``CME``); the reply is the short form.
+TRIGGER_INPUTS = ("IGNore", "SMEasure", "CMEasure", "MMEasure")
 
 
 @dataclass
@@ -64,6 +68,18 @@ class Logging:
 
 
 @dataclass
+class ChannelExtras:
+    """Settings a third-party client sets at connect that labd never uses: the relative
+    reference (``:POW:REF``), the input loss correction (``:CORR``) and the logging
+    function's loop count (``:FUNC:LOOP``), kept and read back, not applied to readings."""
+
+    reference_on: bool = False
+    reference_db: float = 0.0
+    correction_db: float = 0.0
+    loops: int = 1
+
+
+@dataclass
 class KeysightState:
     logging: dict[int, Logging] = field(default_factory=dict)
 
@@ -82,6 +98,7 @@ class KeysightMeter:
                                 unit_watts=False, wavelength_nm=POWER_ON_NM, seed=options.seed)
         self.faults = Faults()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+        self.extras = {c: ChannelExtras() for c in range(1, self.meter.channels + 1)}
         self.scpi = SessionInterface("scpi", b"\n", lambda: KeysightSession(self))
 
     def interfaces(self) -> dict[str, Interface]:
@@ -91,6 +108,7 @@ class KeysightMeter:
         self.meter.reset()
         self.faults.clear()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+        self.extras = {c: ChannelExtras() for c in range(1, self.meter.channels + 1)}
 
     def preset(self) -> None:
         """``*RST``: every channel's power-on settings (docs/protocols.md §4.1: dBm, 0.1 s
@@ -98,6 +116,7 @@ class KeysightMeter:
         and injected faults stay."""
         self.meter.preset()
         self.logs = {c: Logging() for c in range(1, self.meter.channels + 1)}
+        self.extras = {c: ChannelExtras() for c in range(1, self.meter.channels + 1)}
 
     def boot(self) -> None:
         self.reset()
@@ -122,46 +141,79 @@ class KeysightSession(ScpiDeviceSession):
     def __init__(self, device: KeysightMeter) -> None:
         self.device = device
         self.meter = device.meter
+        sense = ":SENSe[:CHANnel]"  # :SENS1:CHAN1:POW:WAV? on the 816x-style tree
         table = {
             "*IDN?": lambda a, s: device.idn(),
             "*RST": self._rst,
             "*CLS": lambda a, s: self.state.errors.clear(),
             "*OPC?": lambda a, s: "1",
             "*ESR?": lambda a, s: "0",
-            ":SYSTem:ERRor?": lambda a, s: self.state.pop_error(),
-            ":SENSe:POWer:WAVelength": self._set_wavelength,
-            ":SENSe:POWer:WAVelength?": lambda a, s: f"{self._ch(s).wavelength_nm * 1e-9:.5E}",
-            ":SENSe:POWer:UNIT": self._set_unit,
-            ":SENSe:POWer:UNIT?": lambda a, s: "1" if self._ch(s).unit_watts else "0",
-            ":SENSe:POWer:RANGe": self._set_range,
-            ":SENSe:POWer:RANGe?": lambda a, s: f"{self._ch(s).range_dbm:+.0f}",
-            ":SENSe:POWer:RANGe:AUTO": self._set_auto,
-            ":SENSe:POWer:RANGe:AUTO?": lambda a, s: "1" if self._ch(s).auto_range else "0",
-            ":SENSe:POWer:GAIN:AUTO": lambda a, s: self._touch(s) and None,
-            ":SENSe:POWer:GAIN:AUTO?": lambda a, s: "1",
-            ":SENSe:POWer:ATIMe": self._set_atime,
-            ":SENSe:POWer:ATIMe?": lambda a, s: f"{self._ch(s).atime_s:.6E}",
-            ":SENSe:CORRection:COLLect:ZERO": self._zero,
+            ":SYSTem:ERRor[:NEXT]?": lambda a, s: self.state.pop_error(),
+            f"{sense}:POWer:WAVelength": self._set_wavelength,
+            f"{sense}:POWer:WAVelength?": lambda a, s: f"{self._ch(s).wavelength_nm * 1e-9:.5E}",
+            f"{sense}:POWer:UNIT": self._set_unit,
+            f"{sense}:POWer:UNIT?": lambda a, s: "1" if self._ch(s).unit_watts else "0",
+            f"{sense}:POWer:RANGe[:UPPer]": self._set_range,
+            f"{sense}:POWer:RANGe[:UPPer]?": lambda a, s: f"{self._ch(s).range_dbm:+.0f}",
+            f"{sense}:POWer:RANGe:AUTO": self._set_auto,
+            f"{sense}:POWer:RANGe:AUTO?": lambda a, s: "1" if self._ch(s).auto_range else "0",
+            f"{sense}:POWer:GAIN:AUTO": lambda a, s: self._touch(s) and None,
+            f"{sense}:POWer:GAIN:AUTO?": lambda a, s: "1",
+            f"{sense}:POWer:ATIMe": self._set_atime,
+            f"{sense}:POWer:ATIMe?": lambda a, s: f"{self._ch(s).atime_s:.6E}",
+            f"{sense}:POWer:REFerence:STATe": self._set_reference_state,
+            f"{sense}:POWer:REFerence:STATe?": lambda a, s: (
+                "1" if self._extra(s).reference_on else "0"),
+            f"{sense}:POWer:REFerence[:VALue]": self._set_reference,
+            f"{sense}:POWer:REFerence[:VALue]?": lambda a, s: (
+                f"{self._extra(s).reference_db:+.6E}"),
+            f"{sense}:CORRection[:LOSS][:INPut][:MAGNitude]": self._set_correction,
+            f"{sense}:CORRection[:LOSS][:INPut][:MAGNitude]?": lambda a, s: (
+                f"{self._extra(s).correction_db:+.6E}"),
+            f"{sense}:CORRection:COLLect:ZERO": self._zero,
             ":SENSe:CORRection:COLLect:ZERO:ALL": self._zero_all,
-            ":READ:POWer?": self._read,
-            ":FETCh:POWer?": self._fetch,
-            ":FETCh:POWer:ALL?": self._fetch_all,
-            ":INITiate:IMMediate": lambda a, s: None,
-            ":INITiate:CONTinuous": lambda a, s: None,
-            ":TRIGger:INPut": self._set_trigger,
-            ":TRIGger:INPut?": lambda a, s: self._log(s).trigger,
+            ":READ[:CHANnel][:SCALar]:POWer[:DC]?": self._read,
+            ":FETCh[:CHANnel][:SCALar]:POWer[:DC]?": self._fetch,
+            ":FETCh:POWer:ALL[:CSV]?": self._fetch_all,
+            ":INITiate[:CHANnel]:IMMediate": lambda a, s: None,
+            ":INITiate[:CHANnel]:CONTinuous": lambda a, s: None,
+            ":TRIGger[:CHANnel]:INPut": self._set_trigger,
+            ":TRIGger[:CHANnel]:INPut?": lambda a, s: self._log(s).trigger,
             ":TRIGger": self._software_trigger,
-            ":SENSe:FUNCtion:PARameter:LOGGing": self._set_logging,
-            ":SENSe:FUNCtion:PARameter:LOGGing?": lambda a, s: (
+            f"{sense}:FUNCtion:PARameter:LOGGing": self._set_logging,
+            f"{sense}:FUNCtion:PARameter:LOGGing?": lambda a, s: (
                 f"{self._log(s).points},{self._log(s).atime_s:.6E}"),
-            ":SENSe:FUNCtion:STATe": self._function,
-            ":SENSe:FUNCtion:STATe?": self._function_state,
-            ":SENSe:FUNCtion:RESult?": self._result,
+            f"{sense}:FUNCtion:LOOP": self._set_loop,
+            f"{sense}:FUNCtion:LOOP?": lambda a, s: str(self._extra(s).loops),
+            f"{sense}:FUNCtion:STATe": self._function,
+            f"{sense}:FUNCtion:STATe?": self._function_state,
+            f"{sense}:FUNCtion:RESult?": self._result,
         }
-        super().__init__(table, error_format='{signed},"{text}"')
+        super().__init__(self._with_module_channel(table), error_format='{signed},"{text}"')
 
 
     # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _with_module_channel(table: dict[str, Any]) -> dict[str, Any]:
+        """``[:CHANnel]`` (always the second node) spelled out: an N774x has one module, so
+        its channel suffix must be 1 (-114 otherwise) and is dropped before the handler,
+        which reads the ``SENSe``/``READ``/``TRIGger`` suffix as the meter channel."""
+        def module_one(handler: Any) -> Any:
+            def checked(args: str, suffixes: list[int]) -> Any:
+                if len(suffixes) > 1 and suffixes[1] != 1:
+                    raise ScpiError(-114, "Header suffix out of range; CHANnel 1 only")
+                return handler(args, suffixes[:1] + suffixes[2:])
+            return checked
+
+        out = {}
+        for pattern, handler in table.items():
+            if "[:CHANnel]" in pattern:
+                out[pattern.replace("[:CHANnel]", "")] = handler
+                out[pattern.replace("[:CHANnel]", ":CHANnel")] = module_one(handler)
+            else:
+                out[pattern] = handler
+        return out
+
     def _channel(self, suffixes: list[int]) -> int:
         channel = suffixes[0] if suffixes else 1
         if channel not in self.meter.state:
@@ -173,6 +225,37 @@ class KeysightSession(ScpiDeviceSession):
 
     def _log(self, suffixes: list[int]) -> Logging:
         return self.device.logs[self._channel(suffixes)]
+
+    def _extra(self, suffixes: list[int]) -> ChannelExtras:
+        return self.device.extras[self._channel(suffixes)]
+
+    def _set_reference_state(self, args: str, s: list[int]) -> None:
+        self._touch(s)
+        self._extra(s).reference_on = parse_bool(args)
+
+    def _set_reference(self, args: str, s: list[int]) -> None:
+        value = parse_number(args, ("DB", "DBM", "W", "MW", "UW", "NW"))
+        if not -200 <= value <= 200:
+            raise ScpiError(-222, "Data out of range; reference -200 to +200 dB")
+        self._touch(s)
+        self._extra(s).reference_db = value
+
+    def _set_correction(self, args: str, s: list[int]) -> None:
+        value = parse_number(args, ("DB",))
+        if not -200 <= value <= 200:
+            raise ScpiError(-222, "Data out of range; correction -200 to +200 dB")
+        self._touch(s)
+        self._extra(s).correction_db = value
+
+    def _set_loop(self, args: str, s: list[int]) -> None:
+        try:
+            loops = wire_int(args)
+        except ValueError:
+            raise ScpiError(-104, "Data type error; expected a whole number") from None
+        if not 0 <= loops <= MAX_LOG_POINTS:
+            raise ScpiError(-222, f"Data out of range; 0..{MAX_LOG_POINTS} loops")
+        self._touch(s)
+        self._extra(s).loops = loops
 
     def _touch(self, suffixes: list[int]) -> bool:
         """Setting any property stops a running logging function (as on the device)."""
@@ -265,12 +348,9 @@ class KeysightSession(ScpiDeviceSession):
         return definite_block(np.asarray(values, dtype="<f4").tobytes())
 
     def _set_trigger(self, args: str, s: list[int]) -> None:
-        value = args.strip().upper()
-        names = {"IGN": "IGN", "IGNORE": "IGN", "SME": "SME", "CME": "CME", "MME": "MME"}
-        if value not in names:
-            raise ScpiError(-224, "Illegal parameter value; expected IGN, SME, CME or MME")
+        trigger = parse_enum(args, TRIGGER_INPUTS)
         self._touch(s)
-        self._log(s).trigger = names[value]
+        self._log(s).trigger = trigger
 
     def _software_trigger(self, args: str, s: list[int]) -> None:
         for log in self.device.logs.values():
@@ -296,8 +376,12 @@ class KeysightSession(ScpiDeviceSession):
 
     def _function(self, args: str, s: list[int]) -> None:
         function, _, action = (p.strip().upper() for p in args.partition(","))
-        if function not in ("LOGG", "LOGGING") or action not in ("STAR", "START", "STOP"):
-            raise ScpiError(-224, "Illegal parameter value; expected LOGG,STAR or LOGG,STOP")
+        try:
+            parse_enum(function, ("LOGGing",))
+            action = parse_enum(action, ("STARt", "STOP"))
+        except ScpiError:
+            raise ScpiError(-224, "Illegal parameter value; expected LOGG,STAR or LOGG,STOP"
+                            ) from None
         log = self._log(s)
         log.result = None
         if action == "STOP":

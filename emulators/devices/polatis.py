@@ -33,6 +33,12 @@ from emulators.wire.tl1 import (
 )
 
 _SID = re.compile(r"[A-Za-z0-9_.-]{1,20}", re.ASCII)
+MAX_LABEL = 64
+_LABEL = re.compile(rf'[ !#-\[\]-~]{{0,{MAX_LABEL}}}', re.ASCII)
+#: Session timeouts ``ED-EQPT::TIMEOUT`` takes: stored and read back, never enforced (an
+#: emulated session does not log itself out); the bound is labd's own.
+MAX_TIMEOUT = 99999
+_TL1_BOOT = {"DARK": "DARK", "REST": "RESTORE", "AUT": "AUT"}
 _SCPI_REASON = {"range": (-222, "Data out of range"), "side": (-224, "Illegal parameter value"),
                 "self": (-224, "Illegal parameter value"), "duplicate": (-224,
                 "Illegal parameter value"), "busy": (-221, "Settings conflict"),
@@ -74,6 +80,8 @@ class PolatisSwitch:
         self.model = SwitchModel(name, n, m, timing=timing, busy_policy=options.busy_port,
                                  input_dbm=options.input_dbm, loss_db=options.loss_db)
         self.faults = Faults()
+        self.labels: dict[int, str] = {}
+        self.timeouts = {"ADMIN": 0, "USER": 0}
         self.scpi = SessionInterface("scpi", b"\n", lambda: PolatisScpiSession(self))
         self.tl1 = PolatisTl1Interface(self)
 
@@ -339,6 +347,11 @@ class PolatisTl1Session(Tl1Session):
             "RLS-ARC-EQPT": self._allow,
             "SET-SID": self._set_sid,
             "INIT-SYS": self._init_sys,
+            "ED-EQPT": self._ed_eqpt,
+            "ED-PORT-LABEL": self._ed_label,
+            "RTRV-PORT-LABEL": self._rtrv_label,
+            "SET-PORT-ATTEN": self._no_attenuation,
+            "RTRV-PORT-ATTEN": self._no_attenuation,
         })
 
     async def greeting(self) -> bytes:
@@ -374,11 +387,66 @@ class PolatisTl1Session(Tl1Session):
 
     async def _rtrv_eqpt(self, c: Tl1Command, t: int) -> list[str]:
         param = keyword_params(c.params).get("PARAMETER", "").upper()
-        if c.aid.upper() == "SYSTEM" and param == "SIZE":
+        aid = c.aid.upper()
+        timeouts = self.device.timeouts
+        if aid == "SYSTEM" and param == "SIZE":
             return [f"SYSTEM:SIZE={self.model.ingress}x{self.model.egress}"]
-        if c.aid.upper() == "TIMEOUT":
-            return ["TIMEOUT:ADMIN=0,USER=0"]
+        if aid == "TIMEOUT" and param in timeouts:
+            return [f"TIMEOUT:{param}={timeouts[param]}"]
+        if aid == "TIMEOUT" and not param:
+            return ["TIMEOUT:" + ",".join(f"{k}={v}" for k, v in timeouts.items())]
+        if aid == "BOOT" and param in ("", "MODE"):
+            return [f"BOOT:MODE={_TL1_BOOT.get(self.device.options.boot_mode.upper(), 'DARK')}"]
+        if aid == "ATTEN" and param in ("", "CONFIG"):
+            # The emulated switch has no VOAs: the mode a client reads before it attenuates.
+            return ["ATTEN:CONFIG=NONE"]
         raise Deny("IPNV", f"Parameter not valid: {quoted(c.aid)} {quoted(c.params)}")
+
+    async def _ed_eqpt(self, c: Tl1Command, t: int) -> None:
+        params = keyword_params(c.params)
+        aid = c.aid.upper()
+        if aid == "TIMEOUT" and params and set(params) <= set(self.device.timeouts):
+            values = {}
+            for key, text in params.items():
+                try:
+                    values[key] = wire_int(text)
+                except ValueError:
+                    values[key] = -1
+                if not 0 <= values[key] <= MAX_TIMEOUT:
+                    raise Deny("IPNV", f"Parameter not valid: {key}={quoted(text)} is not "
+                               f"0..{MAX_TIMEOUT}")
+            self.device.timeouts.update(values)
+            return
+        if aid == "BOOT" and set(params) == {"MODE"}:
+            mode = {"RESTORE": "REST"}.get(params["MODE"].upper(), params["MODE"].upper())
+            if mode not in ("DARK", "REST", "AUT"):
+                raise Deny("IPNV", f"Parameter not valid: MODE={quoted(params['MODE'])}")
+            self.device.options.boot_mode = mode
+            return
+        raise Deny("IPNV", f"Parameter not valid: {quoted(c.aid)} {quoted(c.params)}")
+
+    async def _ed_label(self, c: Tl1Command, t: int) -> None:
+        ports = self._ports(c.aid)
+        block = c.last_block
+        key, sep, value = block.partition("=")
+        if not sep or key.strip().upper() != "LABEL":
+            raise Deny("IPMS", "ED-PORT-LABEL needs LABEL=<label>")
+        label = value.strip()
+        if len(label) >= 2 and label[0] == label[-1] == '"':
+            label = label[1:-1]
+        # A label is echoed inside a quoted data line: nothing that would break its framing.
+        if not _LABEL.fullmatch(label):
+            raise Deny("IPNV", f"Parameter not valid: label {quoted(label)} is not 0 to "
+                       f"{MAX_LABEL} printable characters without quotes or backslashes")
+        for p in ports:
+            self.device.labels[p] = label
+
+    async def _rtrv_label(self, c: Tl1Command, t: int) -> list[str]:
+        ports = self._ports(c.aid) if c.aid else list(range(1, self.model.ports + 1))
+        return [f'{p}:LABEL=\\"{self.device.labels.get(p, "")}\\"' for p in ports]
+
+    async def _no_attenuation(self, c: Tl1Command, t: int) -> None:
+        raise Deny("IICM", "Attenuation not supported on this switch")
 
     async def _ent_patch(self, c: Tl1Command, t: int) -> None:
         ins, _, outs = c.aid.partition(",")

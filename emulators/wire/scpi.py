@@ -1,6 +1,7 @@
-"""The device side of SCPI: a command tree with long/short mnemonics, ``;`` compound
-messages with relative headers, numeric suffixes (``SENS2``), the error queue, and
-IEEE 488.2 reply joining (or one line per answer, a per-device option)."""
+"""The device side of SCPI: a command tree with long/short mnemonics, optional nodes
+(``[:COUNt]``), ``;`` compound messages with relative headers, numeric suffixes (``SENS2``),
+enumerated values in long or short form, the error queue, and IEEE 488.2 reply joining (or
+one line per answer, a per-device option)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 QUEUE_LENGTH = 32
 _FOUND_LIMIT = 4096
 _HEADER_CACHED = 128  # longer headers are looked up each time: the cache stays small
+_OPTIONAL = re.compile(r"\[(:[A-Za-z*]+)\]")
 
 
 class ScpiError(Exception):
@@ -52,6 +54,33 @@ def _nodes(pattern: str) -> tuple[_Node, ...]:
         short = "".join(ch for ch in part if ch.isupper() or ch in "*?") or part.upper()
         out.append(_Node(short.rstrip("?"), part.upper().rstrip("?")))
     return tuple(out)
+
+
+def optional_variants(pattern: str) -> list[str]:
+    """Every spelling of a pattern with optional nodes, each ``[:NODE]`` present or not."""
+    groups = _OPTIONAL.findall(pattern)
+    if not groups:
+        return [pattern]
+    parts = _OPTIONAL.split(pattern)  # text, group, text, group, ..., text
+    out = []
+    for mask in range(1 << len(groups)):
+        text = parts[0]
+        for i, group in enumerate(groups):
+            text += (group if mask >> i & 1 else "") + parts[2 * i + 2]
+        out.append(text)
+    return out
+
+
+def parse_enum(text: str, choices: tuple[str, ...]) -> str:
+    """``CMEASURE`` or ``CME`` with ``choices=("CMEasure", …)``: the choice it names, in
+    its short (upper-case) form. Raises ScpiError -224 naming the choices."""
+    value = text.strip().upper()
+    for choice in choices:
+        short = "".join(ch for ch in choice if not ch.islower())
+        if value in (short, choice.upper()):
+            return short
+    raise ScpiError(-224, "Illegal parameter value; expected "
+                    + ", ".join("".join(ch for ch in c if not ch.islower()) for c in choices))
 
 
 @dataclass(frozen=True)
@@ -111,9 +140,12 @@ class ScpiEngine:
 
     def register(self, pattern: str, handler: Handler) -> None:
         """``pattern`` like ``:OXC:SWITch:CONNect:STATe?``; lower-case letters are the part a
-        client may leave out. Handlers take ``(args: str, suffixes: list[int])``."""
+        client may leave out, a node in brackets (``:SENSe:AVERage[:COUNt]``) a node it may
+        leave out. Handlers take ``(args: str, suffixes: list[int])``; a node left out
+        gives no suffix, so the suffixes of the nodes before it keep their places."""
         query = pattern.endswith("?")
-        self._commands.append(_Command(_nodes(pattern), query, handler))
+        for variant in optional_variants(pattern):
+            self._commands.append(_Command(_nodes(variant), query, handler))
         self._resolved.clear()
 
     def resolve(self, header: str, first: bool, context: tuple[str, ...]) -> Resolved:

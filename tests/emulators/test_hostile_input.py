@@ -228,6 +228,18 @@ async def test_a_sid_that_would_break_every_session_s_framing_is_refused(
     assert lab.device("ocs").options.sid == "OCS-A"  # type: ignore[attr-defined]
 
 
+async def test_a_port_label_that_would_break_framing_is_refused(lab: EmulatedLab) -> None:
+    out = await asyncio.to_thread(
+        converse, lab.endpoints["ocs"]["tl1"],
+        LOGIN + b'ED-PORT-LABEL::1:2:::LABEL="a\r\nM  3 COMPLD";ED-PORT-LABEL::1:3:::LABEL='
+        + b"L" * 5000 + b';ED-EQPT::TIMEOUT:4:::ADMIN=' + b"9" * 5000
+        + b';ED-PORT-LABEL::1&&99999999999:5:::LABEL=x;RTRV-PORT-LABEL::1:6:;')
+    assert b"M  2 DENY\r\n   IPNV\r\n" in out and b"M  3 DENY\r\n   IPNV\r\n" in out
+    assert b"M  4 DENY\r\n   IPNV\r\n" in out and b"M  5 DENY\r\n   IIAC\r\n" in out
+    assert b'M  6 COMPLD\r\n   "1:LABEL=\\"\\""\r\n;' in out
+    assert lab.device("ocs").labels == {}  # type: ignore[attr-defined]
+
+
 async def test_the_mesh_board_refuses_an_overlong_line(lab: EmulatedLab) -> None:
     path = lab.endpoints["mesh"]["serial"].removeprefix("serial://")
     out = await asyncio.to_thread(board, path, [b"v0=" + b"1," * MAX_MESSAGE_BYTES, b"id?"])
@@ -342,6 +354,9 @@ _SCPI_WORDS = st.sampled_from([
     ":OXC:SWIT:CONN:PORT?", ":OXC:SWIT:PORT:STAT?", ":OXC:SWIT:PORT:DIS", ":OXC:SWIT:PORT:ENAB",
     ":PMON:POW?", "*RST", ":SYST:ERR?", ":SYST:ERR:ALL?", ":OXC:BOOT:MODE", "*IDN?",
     ":SENS2:POW:WAV", ":SENS:AVER:COUN", ":SENS1:FUNC:PAR:LOGG", ":SENS1:POW:ATIM", ":FOO",
+    "SENS1:CHAN1:POW:WAV?", ":TRIGGER1:INPUT", "CMEASURE", "SENS:CORR:POW:PDI:RESP?",
+    "SENS:AVER", "SENS:CORR:BEAM", "CORR", "SYST:LFR", "*SRE", ":SENS1:POW:REF:STATE",
+    "LOGGING,START", ":SENS1:FUNC:LOOP", "SENS:POW:RANG:UPP?", "MIN", "MAXIMUM", "[:", "]",
     ":", "::", "?", "*", "(@", ")", ";", ",", '"', "(@1:16),(@17:32)", "(@)", " "])
 _SCPI_LINE = st.lists(st.one_of(_SCPI_WORDS, _NUMBERISH, st.text(max_size=6)),
                       max_size=10).map(" ".join)
@@ -350,7 +365,9 @@ _TL1_WORDS = st.sampled_from([
     "ENT-PATCH", "DLT-PATCH", "RTRV-PATCH", "RTRV-PORT-SHUTTER", "OPR-PORT-SHUTTER",
     "RTRV-PORT-POWER", "RTRV-EQPT", "SET-SID", "INIT-SYS", "ENT-CRS", "ACT-CRS", "CANC-CRS",
     "DLT-CRS", "RTRV-CRS", "RTRV-PORT", "ACT-USER", "CANC-USER", ":", "::", "&", "&&", ",",
-    '"', "*/", "ALL", "1.1.1", "1.2.3", "=", "PARAMETER=SIZE", "SYSTEM"])
+    '"', "*/", "ALL", "1.1.1", "1.2.3", "=", "PARAMETER=SIZE", "SYSTEM", "ED-PORT-LABEL",
+    "RTRV-PORT-LABEL", "ED-EQPT", "TIMEOUT", "ATTEN", "BOOT", "LABEL=", "ADMIN=", "MODE=",
+    "PARAMETER=CONFIG", "RTRV-PORT-SUM", "SET-PORT-ATTEN", "\\", '\\"'])
 _TL1_MESSAGE = st.lists(st.one_of(_TL1_WORDS, _NUMBERISH, st.text(max_size=6)),
                         max_size=12).map("".join).map(lambda m: m.replace(";", ""))
 
