@@ -6,6 +6,7 @@ driving the emulators."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -291,6 +292,13 @@ def test_the_protocols_table_lists_exactly_the_tested_forms() -> None:
 
 # -- the third-party clients themselves ---------------------------------------------------
 
+def require(module: str) -> None:
+    """A dev dependency is part of the suite: missing, it fails the test with what to do."""
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is not installed; it is a dev dependency: "
+                    "pip install -e '.[dev]'", pytrace=False)
+
+
 def pymeasure_session(address: str) -> dict[str, Any]:
     from pymeasure.instruments.thorlabs import ThorlabsPM100USB  # type: ignore[import-untyped]
 
@@ -314,7 +322,7 @@ def pymeasure_session(address: str) -> dict[str, Any]:
 
 @pytest.mark.filterwarnings("ignore:It is not known whether this device support SCPI")
 async def test_pymeasure_thorlabs_pm100usb_drives_the_meter(lab: EmulatedLab) -> None:
-    pytest.importorskip("pymeasure", reason="PyMeasure (a dev dependency) is not installed")
+    require("pymeasure")
     out = await asyncio.to_thread(pymeasure_session, lab.endpoints["pm"]["scpi"])
     assert out["sensor"] == "S122C" and out["power_sensor"] and out["settable"]
     assert (out["min"], out["max"]) == (700.0, 1800.0)
@@ -344,7 +352,7 @@ def qontrol_session(path: str) -> dict[str, Any]:
 
 
 async def test_the_qontrol_library_drives_the_board(lab: EmulatedLab) -> None:
-    pytest.importorskip("qontrol", reason="qontrol (a dev dependency) is not installed")
+    require("qontrol")
     path = lab.endpoints["mesh"]["serial"].removeprefix("serial://")
     out = await asyncio.to_thread(qontrol_session, path)
     assert out["id"] == "Q8iv-01A0"
