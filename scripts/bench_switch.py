@@ -13,9 +13,9 @@ interleaved in one run:
    sleeps in its read); what the driver takes above it is labd's;
 2. a full 384-pair map replacement on a 384x384 emulator: labd's own time, i.e. the wall
    time of ``replace()`` minus the time on the wire and in the device: from the command's
-   first byte leaving to the kernel's stamp of the reply's arrival (the
-   ``Exchange`` that ``replace()`` returns), which holds the emulator's parsing and its switch model's time (target:
-   < 2 ms at p50). The device's settle time by its ground truth is printed beside it.
+   first byte leaving to the kernel's stamp of the reply's arrival (the ``Exchange`` that
+   ``replace()`` returns), which holds the emulator's parsing and its switch model's time
+   (target: < 2 ms at p50). The device's settle time by its ground truth is printed beside it.
 
 Usage: python scripts/bench_switch.py [--rounds 10] [--per-round 200] [--replacements 30]
                                      [--json FILE]
