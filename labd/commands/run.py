@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from labd.daemon.assembly import Assembly
     from labd.daemon.core import Daemon
     from labd.emulation.emulators import EmulatedHost
+    from labd.fabric.drift import StartupReport
     from labd.lab.file import Lab
     from labd.mqtt.credentials import BusSettings
     from labd.settings import Resolved
@@ -265,7 +266,7 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
 
     async def serve(stop: asyncio.Event) -> None:
         async with serving(built) as rig:
-            daemon, report, hosts = rig.daemon, rig.daemon.report, rig.hosts
+            daemon, hosts = rig.daemon, rig.hosts
             add_secrets(daemon.token)  # made or found at start-up where none was given
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
                           f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
@@ -274,23 +275,7 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
                 console.print(f"  {_role_line(daemon)}")
                 log.warning("lab %s: %s", loaded.lab.name, _role_line(daemon))
             log.info("lab %s: API %s/v1, store %s", loaded.lab.name, daemon.url, db)
-            for name, what in report.connected.items():
-                emulated_note = " (emulated)" if name in rig.addresses else ""
-                console.print(f"  [green]ok[/]      {name:10} {what}{emulated_note}")
-                log.info("%s connected: %s%s", name, what, emulated_note,
-                         extra={"instrument": name})
-            for name, why in report.failed.items():
-                console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
-                log.warning("%s failed to connect: %s (retrying)", name, why,
-                            extra={"instrument": name})
-            for name, drift in report.drift.items():
-                action = ("restored" if name in report.restored else
-                          "adopted" if name in report.adopted else "reported")
-                console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
-                              f"missing, {len(drift.unexpected)} unexpected ({action})")
-                log.warning("%s drifted: %d missing, %d unexpected (%s)", name,
-                            len(drift.missing), len(drift.unexpected), action,
-                            extra={"instrument": name})
+            _tell_instruments(daemon.report, set(rig.addresses))
             if token_file is not None:
                 where = f"admin: {token_file}"
             elif access is not None:
@@ -308,16 +293,8 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
                 console.print(f"  [yellow]warning[/]: no MQTT key for host(s) "
                               f"{', '.join(unkeyed)}: their messages will be refused; give "
                               "--mqtt-credentials (labd broker-config LAB writes them)")
-            for entry in loaded.host:
-                if entry.id in played:
-                    log.info("host %s: emulated in this process", entry.id,
-                             extra={"host": entry.id})
-                elif bus is not None and entry.id in unkeyed:
-                    log.warning("host %s: no MQTT key, its messages will be refused",
-                                entry.id, extra={"host": entry.id})
-                else:
-                    log.info("host %s: its agent reports to %s", entry.id,
-                             mqtt or daemon.url, extra={"host": entry.id})
+            _tell_hosts(loaded, played, set(unkeyed) if bus is not None else set(),
+                        mqtt or daemon.url)
             if hosts:
                 console.print(f"  {len(hosts)} emulated GPU host(s) report to "
                               f"{mqtt or daemon.url + ' (HTTP)'}; failover drills: "
@@ -338,6 +315,40 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
         run_until_signalled("the daemon", serve, spawns=any(h.emulate for h in loaded.host))
     finally:
         notifier.close()
+
+
+def _tell_instruments(report: StartupReport, emulated: set[str]) -> None:
+    """The start-up report, on the console and in the log: each instrument connected or
+    failed, and each switch's drift with what was done about it."""
+    for name, what in report.connected.items():
+        emulated_note = " (emulated)" if name in emulated else ""
+        console.print(f"  [green]ok[/]      {name:10} {what}{emulated_note}")
+        log.info("%s connected: %s%s", name, what, emulated_note, extra={"instrument": name})
+    for name, why in report.failed.items():
+        console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
+        log.warning("%s failed to connect: %s (retrying)", name, why,
+                    extra={"instrument": name})
+    for name, drift in report.drift.items():
+        action = ("restored" if name in report.restored else
+                  "adopted" if name in report.adopted else "reported")
+        console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
+                      f"missing, {len(drift.unexpected)} unexpected ({action})")
+        log.warning("%s drifted: %d missing, %d unexpected (%s)", name,
+                    len(drift.missing), len(drift.unexpected), action,
+                    extra={"instrument": name})
+
+
+def _tell_hosts(lab: Lab, played: set[str], unkeyed: set[str], reports_to: str) -> None:
+    """In the log, where each GPU host's reports come from."""
+    for entry in lab.host:
+        if entry.id in played:
+            log.info("host %s: emulated in this process", entry.id, extra={"host": entry.id})
+        elif entry.id in unkeyed:
+            log.warning("host %s: no MQTT key, its messages will be refused", entry.id,
+                        extra={"host": entry.id})
+        else:
+            log.info("host %s: its agent reports to %s", entry.id, reports_to,
+                     extra={"host": entry.id})
 
 
 def _role_line(daemon: Daemon) -> str:
