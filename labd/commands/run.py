@@ -1,8 +1,10 @@
-"""``labd run``: the daemon, owning every instrument of a lab and serving the API; the
-instruments marked for emulation are emulated in the same process. Its settings come from
-the defaults, the lab file's ``[daemon]`` table, ``--config FILE``, ``LABD_*`` and these
-options, each over the one before (labd.settings); under systemd it says when it is ready
-and pets the watchdog (labd.systemd)."""
+"""``labd run``: the daemon, owning every instrument of a lab and serving the API.
+
+Its settings come from the defaults, the lab file's ``[daemon]`` table, ``--config FILE``,
+``LABD_*`` and these options, each over the one before (labd.settings), and the daemon is
+built from them by labd.daemon.assembly. Only a lab with ``emulate = true`` entries loads
+the emulators, in the same process (labd.emulation.rig). Under systemd it says when it is
+ready and pets the watchdog (labd.systemd)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,7 +22,10 @@ import typer
 from labd.commands.common import console, fail, load, run_until_signalled
 
 if TYPE_CHECKING:
+    from labd.daemon.assembly import Assembly
     from labd.daemon.core import Daemon
+    from labd.emulation.emulators import EmulatedHost
+    from labd.fabric.drift import StartupReport
     from labd.lab.file import Lab
     from labd.mqtt.credentials import BusSettings
     from labd.settings import Resolved
@@ -197,49 +204,55 @@ def _lab_secrets(lab: Lab, bus: BusSettings | None) -> list[str | None]:
     return out
 
 
-def _with_watch(lab: Lab, interval: float | None) -> Lab:
-    """The lab with ``interval`` as the liveness watch of every entry that sets none."""
-    if interval is None:
-        return lab
-    entries = [e if "watch_interval_s" in e.model_fields_set
-               else e.model_copy(update={"watch_interval_s": interval})
-               for e in lab.instrument]
-    return lab.model_copy(update={"instrument": entries})
+@dataclass
+class Serving:
+    """The daemon ``labd run`` serves, and what the emulated rig adds where it runs one."""
+
+    daemon: Daemon
+    hosts: list[EmulatedHost] = field(default_factory=list)
+    """The GPU hosts emulated in this process."""
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Where each emulated instrument listens."""
+    control_url: str | None = None
+    """The emulators' control endpoint; None where nothing is emulated."""
+
+
+@contextlib.asynccontextmanager
+async def serving(built: Assembly) -> AsyncIterator[Serving]:
+    """The daemon ``built`` on its instruments; the emulated rig around it only where an
+    entry says ``emulate = true``, so that a real lab loads no emulator."""
+    if not built.emulates:
+        async with built.daemon() as daemon:
+            yield Serving(daemon)
+        return
+    from labd.emulation.rig import rig_on
+
+    async with rig_on(built, tidy=False) as rig:
+        yield Serving(rig.daemon, hosts=rig.hosts, addresses=rig.addresses,
+                      control_url=rig.control_url)
 
 
 def serve_lab(loaded: Lab, resolved: Resolved) -> None:
     """Run the daemon on ``loaded`` with ``resolved`` settings until SIGINT or SIGTERM."""
-    from labd.daemon.access import Access, ApiSettings, beyond_loopback
-    from labd.emulation.rig import emulated_rig
+    from labd.daemon.access import beyond_loopback
+    from labd.daemon.assembly import from_settings
     from labd.errors import LabdError
     from labd.files import readable_by_others
     from labd.logs import add_secrets
     from labd.mqtt.credentials import BusSettings
     from labd.systemd import Notifier
-    from labd.token import read_token_file, token_path
+    from labd.token import token_path
 
     settings = resolved.settings
     token_file = Path(settings.token_file) if settings.token_file else None
     access = Path(settings.access) if settings.access else None
-    db, host, port, mqtt = settings.db, settings.host, settings.port, settings.mqtt
-    ha = None
-    if settings.ha_url is not None:
-        from labd.ha.role import HaSettings
-
-        ha = HaSettings(settings.ha_url, settings.lease_renew_s, settings.lease_ttl_s)
-        if resolved.source("db") == "default":
-            db = settings.ha_url  # the store is the lease's database
-    loaded = _with_watch(loaded, settings.watch_interval_s)
     try:
-        bus = (BusSettings.load(mqtt, settings.mqtt_credentials, settings.instance)
-               if mqtt else None)
-        token = read_token_file(token_file) if token_file else None
-        api = ApiSettings(access=Access.load(access) if access else None,
-                          open_reads=settings.open_reads, max_body=settings.max_body,
-                          tls_cert=settings.tls_cert, tls_key=settings.tls_key,
-                          open_metrics=not settings.metrics_need_key)
+        built = from_settings(loaded, resolved)
     except LabdError as exc:
         raise fail(str(exc)) from None
+    loaded, db, host, mqtt, api = built.lab, built.db, built.host, settings.mqtt, built.api
+    bus = BusSettings.of(built.bus) if built.bus is not None else None
+    token = built.token
     add_secrets(token, *_lab_secrets(loaded, bus))
     warnings = [f"{path} can be read by other users: chmod 600 {path}"
                 for path in (token_file, access) if path is not None and readable_by_others(path)]
@@ -252,10 +265,8 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
     notifier = Notifier.from_env()
 
     async def serve(stop: asyncio.Event) -> None:
-        async with emulated_rig(loaded, db=db, mqtt=bus, host=host, port=port, token=token,
-                                api=api, restore=settings.restore, tidy=False,
-                                ha=ha, cpu=settings.cpu) as rig:
-            daemon, report, hosts = rig.daemon, rig.report, rig.hosts
+        async with serving(built) as rig:
+            daemon, hosts = rig.daemon, rig.hosts
             add_secrets(daemon.token)  # made or found at start-up where none was given
             console.print(f"[bold]labd run[/]: lab [cyan]{loaded.lab.name}[/], "
                           f"API {daemon.url}/v1 (OpenAPI at {daemon.url}/docs), "
@@ -264,23 +275,7 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
                 console.print(f"  {_role_line(daemon)}")
                 log.warning("lab %s: %s", loaded.lab.name, _role_line(daemon))
             log.info("lab %s: API %s/v1, store %s", loaded.lab.name, daemon.url, db)
-            for name, what in report.connected.items():
-                emulated_note = " (emulated)" if name in rig.addresses else ""
-                console.print(f"  [green]ok[/]      {name:10} {what}{emulated_note}")
-                log.info("%s connected: %s%s", name, what, emulated_note,
-                         extra={"instrument": name})
-            for name, why in report.failed.items():
-                console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
-                log.warning("%s failed to connect: %s (retrying)", name, why,
-                            extra={"instrument": name})
-            for name, drift in report.drift.items():
-                action = ("restored" if name in report.restored else
-                          "adopted" if name in report.adopted else "reported")
-                console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
-                              f"missing, {len(drift.unexpected)} unexpected ({action})")
-                log.warning("%s drifted: %d missing, %d unexpected (%s)", name,
-                            len(drift.missing), len(drift.unexpected), action,
-                            extra={"instrument": name})
+            _tell_instruments(daemon.report, set(rig.addresses))
             if token_file is not None:
                 where = f"admin: {token_file}"
             elif access is not None:
@@ -298,21 +293,13 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
                 console.print(f"  [yellow]warning[/]: no MQTT key for host(s) "
                               f"{', '.join(unkeyed)}: their messages will be refused; give "
                               "--mqtt-credentials (labd broker-config LAB writes them)")
-            for entry in loaded.host:
-                if entry.id in played:
-                    log.info("host %s: emulated in this process", entry.id,
-                             extra={"host": entry.id})
-                elif bus is not None and entry.id in unkeyed:
-                    log.warning("host %s: no MQTT key, its messages will be refused",
-                                entry.id, extra={"host": entry.id})
-                else:
-                    log.info("host %s: its agent reports to %s", entry.id,
-                             mqtt or daemon.url, extra={"host": entry.id})
+            _tell_hosts(loaded, played, set(unkeyed) if bus is not None else set(),
+                        mqtt or daemon.url)
             if hosts:
                 console.print(f"  {len(hosts)} emulated GPU host(s) report to "
                               f"{mqtt or daemon.url + ' (HTTP)'}; failover drills: "
                               "POST /v1/drills/failover (labd tui: d)")
-            if rig.addresses or hosts:
+            if rig.control_url is not None and (rig.addresses or hosts):
                 console.print(f"  emulators' control endpoint: {rig.control_url}")
             notifier.ready(f"serving lab {loaded.lab.name} on {daemon.url}")
             petting = asyncio.create_task(notifier.keep_alive(stop), name="labd-watchdog")
@@ -328,6 +315,40 @@ def serve_lab(loaded: Lab, resolved: Resolved) -> None:
         run_until_signalled("the daemon", serve, spawns=any(h.emulate for h in loaded.host))
     finally:
         notifier.close()
+
+
+def _tell_instruments(report: StartupReport, emulated: set[str]) -> None:
+    """The start-up report, on the console and in the log: each instrument connected or
+    failed, and each switch's drift with what was done about it."""
+    for name, what in report.connected.items():
+        emulated_note = " (emulated)" if name in emulated else ""
+        console.print(f"  [green]ok[/]      {name:10} {what}{emulated_note}")
+        log.info("%s connected: %s%s", name, what, emulated_note, extra={"instrument": name})
+    for name, why in report.failed.items():
+        console.print(f"  [red]failed[/]  {name:10} {why} (retrying)")
+        log.warning("%s failed to connect: %s (retrying)", name, why,
+                    extra={"instrument": name})
+    for name, drift in report.drift.items():
+        action = ("restored" if name in report.restored else
+                  "adopted" if name in report.adopted else "reported")
+        console.print(f"  [yellow]drift[/]   {name:10} {len(drift.missing)} "
+                      f"missing, {len(drift.unexpected)} unexpected ({action})")
+        log.warning("%s drifted: %d missing, %d unexpected (%s)", name,
+                    len(drift.missing), len(drift.unexpected), action,
+                    extra={"instrument": name})
+
+
+def _tell_hosts(lab: Lab, played: set[str], unkeyed: set[str], reports_to: str) -> None:
+    """In the log, where each GPU host's reports come from."""
+    for entry in lab.host:
+        if entry.id in played:
+            log.info("host %s: emulated in this process", entry.id, extra={"host": entry.id})
+        elif entry.id in unkeyed:
+            log.warning("host %s: no MQTT key, its messages will be refused", entry.id,
+                        extra={"host": entry.id})
+        else:
+            log.info("host %s: its agent reports to %s", entry.id, reports_to,
+                     extra={"host": entry.id})
 
 
 def _role_line(daemon: Daemon) -> str:

@@ -3,14 +3,11 @@
 
 Start-up opens the store and every instrument at once and reports, in one place
 (``daemon.report``), each that failed and why (those keep reconnecting in the background);
-it then reads the intended state from the store and compares it with what the switches
-report. Each switch's ``on_drift`` (lab file) says what then happens, there and whenever a
-switch comes back online (a reconnect, a restart found by the liveness watch):
-``restore`` puts the intended circuits back, ``report`` only announces the drift, ``adopt``
-takes the switch's map as the intended one. ``restore=False`` (``--no-restore``) makes
-every switch ``report``.
-The API is served, and the background loops (host watchdog, job recoveries, MQTT bridge,
-HTTP server) run in one TaskGroup until the block is left, which stops them all in order.
+the drift policy (labd.fabric.drift) then compares the intended state with what the switches
+report, there and whenever a switch comes back online. Under ``--ha`` the lease and the
+takeover are labd.ha.leadership's. The API is served, and the background loops (host
+watchdog, job recoveries, MQTT bridge, HTTP server) run in one TaskGroup until the block is
+left, which stops them all in order. labd.daemon.assembly builds it from the settings.
 """
 
 from __future__ import annotations
@@ -20,29 +17,26 @@ import contextlib
 import gc
 import logging
 import secrets
-import socket
-import time
-from collections.abc import Coroutine, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
-
-from instruments.events import Drift, InstrumentEvent, LinkState
+from instruments.events import InstrumentEvent, LinkState
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
 from labd.daemon.metrics import DaemonMetrics, LagSampler
 from labd.daemon.placement import Cpu, Placement
-from labd.daemon.server import OneWriteProtocol
+from labd.daemon.server import Server, listen
 from labd.daemon.services import Drills, Services
-from labd.errors import BusError, LabdError, LeaseError
+from labd.errors import BusError, LeaseError
 from labd.events import EventHub
+from labd.fabric.drift import DriftPolicy, StartupReport, drift_data, open_instruments
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
+from labd.ha.leadership import Leadership, Takeover
 from labd.ha.lease import Lease
-from labd.ha.role import TAKING_OVER, HaSettings, Role
+from labd.ha.role import HaSettings, Role
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
 from labd.lab.file import Lab, SwitchEntry
@@ -69,15 +63,6 @@ READERS_EXIT_S = 0.25
 SERVER_EXIT_S = 0.2
 
 
-@dataclass
-class StartupReport:
-    connected: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-    drift: dict[str, Drift] = field(default_factory=dict)
-    restored: list[str] = field(default_factory=list)
-    adopted: list[str] = field(default_factory=list)
-
-
 class Daemon:
     def __init__(self, lab: Lab, *, db: str, addresses: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None,
@@ -91,7 +76,6 @@ class Daemon:
         self._placement: Placement | None = None
         self.host, self.port = host, port
         self._token = token
-        self.restore = restore
         self.store = Store(db)
         self.hub = EventHub(self.snapshot)
         self.drivers: dict[str, Instrument] = {
@@ -126,18 +110,19 @@ class Daemon:
         self.role: Role | None = None
         """Under ``--ha``: leader, standby or taking over (labd.ha.role); None: this daemon
         alone runs the lab."""
+        self.leadership: Leadership | None = None
         if ha is not None:
             self.role = self._standby(lab, db, ha)
+            self.leadership = Leadership(self.role, Takeover(
+                fence=self._fence, resync=self._resync, lead=self._lead,
+                publish=self.hub.publish, spawn=self._spawn))
         self.report = StartupReport()
         """What start-up found: instruments connected and failed, drift, restored."""
-        self._on_drift = {e.id: e.on_drift for e in lab.instrument if isinstance(e, SwitchEntry)}
-        self._healing: dict[str, asyncio.Task[None]] = {}
-        self._heal_again: set[str] = set()
-        self._restarted: dict[str, str] = {}
-        """Per switch, why its latest reconnect looked like a restart (for the drift event)."""
-        self._reconciled = False
+        self.drift = DriftPolicy(self.engine, self.hub, {
+            e.id: e.on_drift for e in lab.instrument if isinstance(e, SwitchEntry)},
+            restore=restore)
         self.url = ""
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._group: asyncio.TaskGroup | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._serving: asyncio.Task[None] | None = None
@@ -161,6 +146,15 @@ class Daemon:
         if self.bus is not None:
             self.bus.leading = lambda: role.lease.holds() and role.ready
         return role
+
+    @property
+    def restore(self) -> bool:
+        """False under ``--no-restore``: every switch's drift is only reported."""
+        return self.drift.restore
+
+    def on_drift(self, switch: str) -> str:
+        """What is done when ``switch`` holds other circuits than intended."""
+        return self.drift.on_drift(switch)
 
     @property
     def token(self) -> str:
@@ -212,69 +206,14 @@ class Daemon:
                                 "state": event.state.value if event.state else None,
                                 "detail": event.detail}
         if event.drift is not None:
-            data["drift"] = _drift_data(event.drift)
+            data["drift"] = drift_data(event.drift)
         if event.data.get("restarted"):
-            data["restarted"] = self._restarted[event.instrument] = event.data["restarted"]
+            data["restarted"] = self.drift.restarted[event.instrument] = event.data["restarted"]
         self.hub.publish(f"instrument.{event.kind}", data)
         self.store.write_nowait(connection_row(event.instrument, event.kind,
                                                data["state"], event.detail, event.at_ns))
-        if (event.kind == "state" and event.state is LinkState.ONLINE and self._reconciled
-                and event.instrument in self.engine.switches):
-            self._heal_soon(event.instrument)
-
-    # -- drift -----------------------------------------------------------------------------
-    def on_drift(self, switch: str) -> str:
-        """What is done when ``switch`` holds other circuits than intended: the lab file's
-        ``on_drift``, or ``report`` for every switch under ``--no-restore``."""
-        return self._on_drift.get(switch, "restore") if self.restore else "report"
-
-    def _heal_soon(self, switch: str) -> None:
-        """Compare a switch that came back online with the intended state, in a task of its
-        own (the event came from inside its connection). One at a time per switch: a
-        reconnect during a heal is looked at again when it ends."""
-        running = self._healing.get(switch)
-        if running is not None and not running.done():
-            self._heal_again.add(switch)
-            return
-        self._healing[switch] = asyncio.get_running_loop().create_task(
-            self._heal(switch), name=f"labd-heal-{switch}")
-
-    async def _heal(self, switch: str) -> None:
-        while True:
-            self._heal_again.discard(switch)
-            try:
-                await self._settle(switch)
-            except LabdError as exc:
-                # Offline again, the store refusing: the next reconnect tries again.
-                self.hub.publish("warning", {"detail": f"{switch}: the drift found on "
-                                                       f"reconnecting was not dealt with: {exc}"})
-            except Exception:
-                log.exception("%s: dealing with drift failed", switch,
-                              extra={"instrument": switch})
-            if switch not in self._heal_again:
-                return
-
-    async def _settle(self, switch: str, report: StartupReport | None = None) -> None:
-        """The switch's map against the intended state, dealt with as ``on_drift`` says."""
-        drift = Drift.between(self.engine.intended[switch],
-                              self.engine.switches[switch].expected)
-        restarted = self._restarted.pop(switch, None)
-        if not drift:
-            return
-        policy = self.on_drift(switch)
-        self.hub.publish("drift", {"switch": switch, **_drift_data(drift), "policy": policy,
-                                   "restarted": restarted,
-                                   "when": "start-up" if report is not None else "reconnect"})
-        if report is not None:
-            report.drift[switch] = drift
-        if policy == "restore":
-            await self.engine.restore(switch)
-            if report is not None:
-                report.restored.append(switch)
-        elif policy == "adopt":
-            await self.engine.adopt(switch)
-            if report is not None:
-                report.adopted.append(switch)
+        if event.kind == "state" and event.state is LinkState.ONLINE:
+            self.drift.came_online(event.instrument)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> Daemon:
@@ -303,15 +242,14 @@ class Daemon:
             if self.cpu is not None:
                 self._placement = Placement.pin(self.cpu)
             if self.role is None:
-                self.report = await self._open_instruments()
-                await self._reconcile(self.report)
-                await self.jobs.load()
-            self._server, listener = self._listen()
-            if self.role is not None and await self._acquire(self.role.lease):
-                await self._take_over()
+                await self._resync()
+            self._server, listener, self.url = listen(self.services, self.host, self.port)
+            leadership = self.leadership
+            if leadership is not None and await leadership.acquire(self.url, self.store.where):
+                await leadership.take_over()
             self._group = asyncio.TaskGroup()
             await self._group.__aenter__()
-            self._serving = self._group.create_task(_serve(self._server, listener),
+            self._serving = self._group.create_task(self._server.serve_on(listener),
                                                     name="labd-api")
             await self._server.listening.wait()  # the group cancels this if serving fails
             self._loops = [self._group.create_task(self.jobs.run(), name="labd-recovery"),
@@ -322,9 +260,8 @@ class Daemon:
                 self._watch(first=self.role is None)
             if self.bus is not None:
                 self._loops.append(self._group.create_task(self.bus.run(), name="labd-mqtt"))
-            if self.role is not None:
-                self._leasing = self._group.create_task(self._keep_lease(self.role),
-                                                        name="labd-lease")
+            if leadership is not None:
+                self._leasing = self._group.create_task(leadership.keep(), name="labd-lease")
                 self._loops.append(self._leasing)
         except BaseException as exc:
             await self._stop(exc)
@@ -336,66 +273,31 @@ class Daemon:
         # frees what each left.
         gc.freeze()
 
-    # -- leading (--ha) ----------------------------------------------------------------------
-    async def _acquire(self, lease: Lease) -> bool:
-        """Try for the lease once, telling the others where this daemon's API answers."""
-        lease.api_url = self.url
-        try:
-            return await lease.acquire() is not None
-        except Exception as exc:  # the database's errors, whatever its driver calls them
-            raise LeaseError(f"cannot reach the lease's database {self.store.where!r}: "
-                             f"{str(exc).splitlines()[0]}") from None
+    # -- what a start-up and a takeover do ------------------------------------------------------
+    async def _resync(self) -> Iterable[str]:
+        """Open every instrument, deal with each switch's drift, read the jobs; the
+        instruments that failed to open (they keep reconnecting)."""
+        self.report = await open_instruments(self.drivers)
+        await self.drift.reconcile(self.report)
+        await self.jobs.load()
+        return self.report.failed
 
-    async def _keep_lease(self, role: Role) -> None:
-        """Renew the lease (leading) or wait for it (standing by) until stopped. Losing it
-        ends the daemon: a leader that can no longer prove it leads must not go on, and
-        its supervisor starts it again as a standby."""
-        async def changed(leading: bool) -> None:
-            if leading:
-                assert self._group is not None
-                self._loops.append(self._group.create_task(self._take_over(),
-                                                           name="labd-takeover"))
-                return
-            role.ready = False
-            self.hub.publish("warning", {"detail": f"this daemon lost the lead of lab "
-                                                   f"{role.lease.name}; it stops"})
-            raise LeaseError(f"lost the lead of lab {role.lease.name!r}: the lease was not "
-                             f"renewed within {role.lease.ttl_s:g} s (the database out of "
-                             "reach, or this process paused), and another daemon may lead "
-                             "now; stopping, so that no two daemons command its switches "
-                             "(a supervisor starts it again as a standby)")
-        await role.lease.run(changed)
+    def _fence(self, name: str, epoch: int) -> None:
+        self.store.fence = (name, epoch)
 
-    async def _take_over(self) -> None:
-        """This daemon won the lease: fence the store's writes with its epoch, open and
-        resync every instrument, put back the intended state (each switch's ``on_drift``),
-        take the jobs as the store has them and act on what failed meanwhile; only then
-        take changes. The watchdog gives hosts one heartbeat interval first."""
-        role = self.role
-        assert role is not None and role.lease.epoch is not None
-        began = time.monotonic()
-        self.store.fence = (role.lease.name, role.lease.epoch)
-        marker = TAKING_OVER.set(True)
-        try:
-            self.report = await self._open_instruments()
-            await self._reconcile(self.report)
-            await self.jobs.load()
-        finally:
-            TAKING_OVER.reset(marker)
-        role.ready = True
-        role.took_over_ms = (time.monotonic() - began) * 1000
+    def _lead(self) -> int:
+        """Act as the leader once the takeover has resynced: the recoveries for what failed
+        meanwhile, the bus, the host watchdog; how many recoveries were queued."""
         queued = self.jobs.resume()
         if self.bus is not None:
             self.bus.lead()
         if self._group is not None:
             self._watch(first=False)
-        log.warning("lab %s: this daemon leads (epoch %d), taken over in %.1f ms; %d "
-                    "recoveries queued for what failed meanwhile", role.lease.name,
-                    role.lease.epoch, role.took_over_ms, queued)
-        self.hub.publish("ha.leading", {"lab": role.lease.name, "epoch": role.lease.epoch,
-                                        "url": self.url, "took_over_ms": role.took_over_ms,
-                                        "recoveries": queued,
-                                        "failed": sorted(self.report.failed)})
+        return queued
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        assert self._group is not None
+        self._loops.append(self._group.create_task(work, name=name))
 
     def _watch(self, *, first: bool) -> None:
         """Start the host watchdog; after a takeover, only once the hosts have had one
@@ -408,59 +310,6 @@ class Daemon:
             await asyncio.sleep(grace)
             await self.hosts.run()
         self._loops.append(self._group.create_task(watch(), name="labd-host-watchdog"))
-
-    async def _open_instruments(self) -> StartupReport:
-        """Every instrument at once; each that failed keeps reconnecting by itself."""
-        report = StartupReport()
-        errors = await asyncio.gather(*(d.connection.open_or_retry()
-                                        for d in self.drivers.values()))
-        for (name, driver), error in zip(self.drivers.items(), errors, strict=True):
-            if error is None:
-                info = getattr(driver, "info", None)
-                report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
-            else:
-                report.failed[name] = str(error)
-        return report
-
-    async def _reconcile(self, report: StartupReport) -> None:
-        """The switches' circuits against the intended state, each dealt with as its
-        ``on_drift`` says; from here on, so is every switch that comes back online (one
-        that failed at start-up included)."""
-        await self.engine.load_intended()
-        self._reconciled = True
-        for name, switch in self.engine.switches.items():
-            if switch.state is not LinkState.ONLINE:
-                continue  # dealt with when it comes online
-            try:
-                await self._settle(name, report)
-            except LabdError as exc:
-                self.hub.publish("warning", {"detail": f"{name}: the drift found at start-up "
-                                                       f"was not dealt with: {exc}"})
-
-    def _listen(self) -> tuple[_Server, socket.socket]:
-        """The API's server and its listening socket (bound here: a port in use is an
-        OSError from start-up itself)."""
-        from labd.daemon.api.app import create_app
-
-        # proto named: asyncio's standard loop sets TCP_NODELAY on accepted connections
-        # only when the listener says IPPROTO_TCP, and without it a response written in two
-        # parts waits for a delayed ACK (40 ms on Linux). uvloop sets it either way.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-        except OSError:
-            sock.close()
-            raise
-        host, port = sock.getsockname()[:2]
-        api = self.services.api
-        self.url = f"{'https' if api.tls else 'http'}://{host}:{port}"
-        # log_config None: uvicorn's lines go through labd's handlers (labd.logs), not
-        # handlers of its own that would bypass their format and their redaction.
-        config = uvicorn.Config(create_app(self.services), http=OneWriteProtocol,
-                                log_level="warning", log_config=None, lifespan="off",
-                                ssl_certfile=api.tls_cert, ssl_keyfile=api.tls_key)
-        return _Server(config), sock
 
     async def _stop(self, error: BaseException | None) -> None:
         """Everything start-up made, undone in order: the bus says offline, the loops end,
@@ -494,8 +343,7 @@ class Daemon:
                         raise failed.exceptions[0] from None
                     raise
         finally:
-            healing, self._healing = list(self._healing.values()), {}
-            await _cancelled(healing)
+            await _cancelled(self.drift.take_tasks())
             for driver in self.drivers.values():
                 await driver.close()
             await self.store.close()
@@ -540,21 +388,13 @@ class Daemon:
                 await asyncio.wait([serving, *stuck], timeout=SERVER_EXIT_S)
 
     async def _step_down(self) -> None:
-        """Under ``--ha``: give the lease up (a standby takes over at once, not after the
-        lease's time to live), once nothing is under way; a lease already lost is not
-        touched."""
+        """Under ``--ha``: the renewals end, then the lease is given up, once nothing is
+        under way (labd.ha.leadership)."""
         leasing, self._leasing = self._leasing, None
         if leasing is not None:
             await _cancelled([leasing])
-        if self.role is None:
-            return
-        try:
-            if self.role.lease.holds():
-                await asyncio.wait_for(self.role.lease.release(), SERVER_EXIT_S)
-        except Exception as exc:  # the lease then runs out by itself
-            log.warning("lab %s: the lease was not given up (%s); a standby takes over once "
-                        "it runs out", self.role.lease.name, str(exc).splitlines()[0])
-        self.role.lease.close()
+        if self.leadership is not None:
+            await self.leadership.step_down(SERVER_EXIT_S)
 
     async def _quiesce(self, timeout: float) -> bool:
         """Hold every port of every switch and every metered channel until the daemon has
@@ -573,11 +413,6 @@ class Daemon:
         except TimeoutError:
             return False
         return True
-
-
-def _drift_data(drift: Drift) -> dict[str, list[list[int]]]:
-    return {"missing": [[a, b] for a, b in sorted(drift.missing.items())],
-            "unexpected": [[a, b] for a, b in sorted(drift.unexpected.items())]}
 
 
 async def _to_the_end(work: Coroutine[Any, Any, None]) -> bool:
@@ -613,28 +448,3 @@ async def _cancelled(tasks: list[asyncio.Task[Any]]) -> None:
         for task in pending:
             log.warning("the daemon's task %s went on after it was cancelled; cancelling "
                         "it again", task.get_name())
-
-
-async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
-    with sock:
-        await server.serve(sockets=[sock])
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handling (the daemon owns signals), telling when it
-    listens."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.listening = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.listening.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Any:
-        yield
-
-    def install_signal_handlers(self) -> None:
-        pass

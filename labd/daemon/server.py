@@ -1,5 +1,5 @@
-"""The HTTP server's protocol: uvicorn's httptools protocol, with each response's head sent
-in the same write as its body.
+"""The API's HTTP server: uvicorn, with each response's head sent in the same write as its
+body, and its signals left to the daemon.
 
 uvicorn writes a response's status line and headers as soon as the app sends
 ``http.response.start`` and its body at ``http.response.body``: two sends on the socket, so
@@ -23,12 +23,18 @@ client stops would read whatever it sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["LINGER_S", "HeadWithBody", "OneWriteProtocol"]
+if TYPE_CHECKING:
+    from labd.daemon.services import Services
+
+__all__ = ["LINGER_S", "HeadWithBody", "OneWriteProtocol", "Server", "listen"]
 
 #: How long a connection closed mid-body stays open, unread, once its answer is sent: time
 #: for the client to read the answer before the close resets the connection.
@@ -143,3 +149,54 @@ class OneWriteProtocol(HttpToolsProtocol):
         """Whether the request being answered has body still to come (its parser has not
         reached the end of it)."""
         return self.cycle is not None and self.cycle.more_body
+
+
+class Server(uvicorn.Server):
+    """uvicorn without its signal handling (the daemon owns signals), telling when it
+    listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.listening.set()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+    def install_signal_handlers(self) -> None:
+        pass
+
+    async def serve_on(self, sock: socket.socket) -> None:
+        """Serve on ``sock`` until told to exit; the socket is closed after."""
+        with sock:
+            await self.serve(sockets=[sock])
+
+
+def listen(services: Services, host: str, port: int) -> tuple[Server, socket.socket, str]:
+    """The API's server, its listening socket (bound here: a port in use is an OSError from
+    start-up itself) and its URL."""
+    from labd.daemon.api.app import create_app
+
+    # proto named: asyncio's standard loop sets TCP_NODELAY on accepted connections only
+    # when the listener says IPPROTO_TCP, and without it a response written in two parts
+    # waits for a delayed ACK (40 ms on Linux). uvloop sets it either way.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    bound_host, bound_port = sock.getsockname()[:2]
+    api = services.api
+    url = f"{'https' if api.tls else 'http'}://{bound_host}:{bound_port}"
+    # log_config None: uvicorn's lines go through labd's handlers (labd.logs), not handlers
+    # of its own that would bypass their format and their redaction.
+    config = uvicorn.Config(create_app(services), http=OneWriteProtocol, log_level="warning",
+                            log_config=None, lifespan="off", ssl_certfile=api.tls_cert,
+                            ssl_keyfile=api.tls_key)
+    return Server(config), sock, url

@@ -1,7 +1,10 @@
-"""The one emulated rig: a lab file's emulators (in this process, or in a ``labd emulate``
-process of their own), its emulated GPU hosts, and a daemon on them, started together and
-stopped together. ``labd run`` (for ``emulate = true`` entries), ``labd demo``,
-``labd measure --lab``, the drills, the benchmarks and the tests all start their labs here.
+"""The one emulated rig: a lab file's emulators, then the daemon on them, then its emulated
+GPU hosts, started together and stopped the other way round.
+
+The emulators run in this process or in a ``labd emulate`` process of their own; the daemon
+is built by labd.daemon.assembly, as on real instruments, given the emulators' addresses.
+``labd run`` (for ``emulate = true`` entries), ``labd demo``, ``labd measure --lab``, the
+drills, the benchmarks and the tests all start their emulated labs here.
 
     async with emulated_rig(load_lab("demo"), db="labd.sqlite") as rig:
         rig.daemon.url, rig.backdoor, rig.report
@@ -18,6 +21,7 @@ import aiomqtt
 from emulators.lab import EmulatedLab
 from labd.client.control import Backdoor, spawn_emulators
 from labd.daemon.access import ApiSettings
+from labd.daemon.assembly import Assembly, assemble
 from labd.daemon.core import Daemon, StartupReport
 from labd.daemon.placement import Cpu
 from labd.emulation.drill import DrillService
@@ -96,9 +100,24 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
     Entries that are not emulated keep their lab-file addresses. ``tidy`` clears the
     retained MQTT topics the run leaves (a throwaway lab); ``labd run`` keeps them, as the
     daemon's last word (``offline``) is for the lab's subscribers. ``cpu``: the one CPU the
-    daemon's event loop is held on (labd.daemon.placement).
+    daemon's event loop is held on (labd.daemon.placement). What these do not name comes
+    from the lab's ``[daemon]`` table and ``LABD_*``, as for ``labd run``
+    (labd.daemon.assembly.assemble).
     """
-    bus = rig_bus(lab, mqtt) if mqtt is not None else None
+    built = assemble(lab, db=db, host=host, port=port, token=token, api=api, mqtt=mqtt,
+                     restore=restore, light_window_s=light_window_s, ha=ha, cpu=cpu)
+    async with rig_on(built, apart=apart, hosts=hosts, tidy=tidy) as rig:
+        yield rig
+
+
+@contextlib.asynccontextmanager
+async def rig_on(built: Assembly, *, apart: bool = False, hosts: bool = True,
+                 tidy: bool = True) -> AsyncIterator[Rig]:
+    """The rig of :func:`emulated_rig` around a daemon already assembled (``labd run`` on a
+    lab with ``emulate = true`` entries): its emulators first, the daemon on their
+    addresses, then the emulated hosts."""
+    lab = built.lab
+    bus = rig_bus(lab, built.bus) if built.bus is not None else None
     async with contextlib.AsyncExitStack() as stack:
         emulated: EmulatedLab | None = None
         if apart:
@@ -121,10 +140,7 @@ async def emulated_rig(lab: Lab, *, db: str, mqtt: str | BusSettings | None = No
 
         if bus is not None and tidy:  # after the hosts and the daemon said their last word
             stack.push_async_callback(tidy_up)
-        daemon = await stack.enter_async_context(Daemon(
-            lab, db=db, addresses=addresses, host=host, port=port, token=token,
-            restore=restore, light_window_s=light_window_s, mqtt=bus, api=api, ha=ha,
-            cpu=cpu))
+        daemon = await stack.enter_async_context(built.replace(bus=bus).daemon(addresses))
         started = True
         rig = Rig(daemon, backdoor, addresses=addresses, emulated=emulated, bus=bus)
         if emulated is not None and hosts:

@@ -1,8 +1,10 @@
-"""The session's lab, served from a thread with an event loop of its own: the emulators
-and a daemon on them (labd.emulation.rig), or, on a real lab, the daemon alone, as
-``labd run`` serves it. Tests reach it only over its sockets (the API, the control
-endpoint), so it serves tests on any event loop (each test's own, a module's, a
-session's) and synchronous tests alike, and a test's work cannot hold the daemon up."""
+"""The session's lab, served from a thread with an event loop of its own.
+
+It is the emulators and a daemon on them (labd.emulation.rig), or, on a real lab, the daemon
+alone, built as ``labd run`` builds it (labd.daemon.assembly). Tests reach it only over its
+sockets (the API, the control endpoint), so it serves tests on any event loop (each test's
+own, a module's, a session's) and synchronous tests alike, and a test's work cannot hold the
+daemon up."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from labd import deadlines
 from labd.client.api import DaemonClient
@@ -118,20 +119,30 @@ class LabThread:
             self._started.set()
 
     async def _serve(self) -> None:
-        from labd.emulation.rig import emulated_rig
-
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        # A real lab runs as `labd run` runs it: the rig, with nothing to emulate; its
-        # store is fresh, so `restore` would clear every switch: it only reports drift.
-        options: dict[str, Any] = {} if self.emulate else {"restore": False}
-        async with emulated_rig(self.lab, db=str(self.workdir / "labd.sqlite"),
-                                token=self.token, **options) as rig:
-            report = rig.report
+        db = str(self.workdir / "labd.sqlite")
+        if self.emulate:
+            from labd.emulation.rig import emulated_rig
+
+            async with emulated_rig(self.lab, db=db, token=self.token) as rig:
+                report = rig.report
+                self._daemon = LabdDaemon(
+                    lab=self.lab, url=rig.daemon.url, token=self.token, emulated=True,
+                    addresses=dict(rig.addresses), control_url=rig.control_url,
+                    connected=dict(report.connected), failed=dict(report.failed))
+                self._started.set()
+                await self._stop.wait()
+            return
+        from labd.daemon.assembly import assemble
+
+        # A real lab runs as `labd run` runs it, nothing emulated; its store is fresh, so
+        # `restore` would clear every switch: it only reports drift.
+        async with assemble(self.lab, db=db, token=self.token,
+                            restore=False).daemon() as daemon:
+            report = daemon.report
             self._daemon = LabdDaemon(
-                lab=self.lab, url=rig.daemon.url, token=self.token, emulated=self.emulate,
-                addresses=dict(rig.addresses) if self.emulate else {
-                    e.id: str(e.address) for e in self.lab.instrument},
-                control_url=rig.control_url if self.emulate else None,
+                lab=self.lab, url=daemon.url, token=self.token, emulated=False,
+                addresses={e.id: str(e.address) for e in self.lab.instrument},
                 connected=dict(report.connected), failed=dict(report.failed))
             self._started.set()
             await self._stop.wait()

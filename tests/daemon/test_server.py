@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from labd.daemon.core import _Server  # the daemon's own: it tells when it listens
-from labd.daemon.server import HeadWithBody, OneWriteProtocol
+from labd.daemon.server import HeadWithBody, OneWriteProtocol, Server
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
@@ -145,7 +144,7 @@ async def test_a_slow_body_does_not_hold_back_its_head() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = _Server(uvicorn.Config(app, http=OneWriteProtocol, lifespan="off",
+    server = Server(uvicorn.Config(app, http=OneWriteProtocol, lifespan="off",
                                       log_config=None, log_level="warning"))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:

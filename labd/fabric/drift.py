@@ -1,0 +1,154 @@
+"""What is done when a switch holds other circuits than the intended ones.
+
+At start-up, and whenever a switch comes back online (a reconnect, a restart found by the
+liveness watch), its map is compared with the intended state. Each switch's ``on_drift``
+(lab file) then says what happens: ``restore`` puts the intended circuits back, ``report``
+only announces the drift, ``adopt`` takes the switch's map as the intended one.
+``restore=False`` (``labd run --no-restore``) makes every switch ``report``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from instruments.events import Drift, LinkState
+from instruments.instrument import Instrument
+from labd.errors import LabdError
+from labd.events import EventHub
+from labd.fabric.engine import Engine
+
+__all__ = ["DriftPolicy", "StartupReport", "drift_data", "open_instruments"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StartupReport:
+    """What start-up (or a takeover) found: instruments connected and failed, drift, and
+    what was done about it."""
+
+    connected: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    drift: dict[str, Drift] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+
+
+async def open_instruments(drivers: Mapping[str, Instrument]) -> StartupReport:
+    """Every instrument at once; each that failed keeps reconnecting by itself."""
+    report = StartupReport()
+    errors = await asyncio.gather(*(d.connection.open_or_retry() for d in drivers.values()))
+    for (name, driver), error in zip(drivers.items(), errors, strict=True):
+        if error is None:
+            info = getattr(driver, "info", None)
+            report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
+        else:
+            report.failed[name] = str(error)
+    return report
+
+
+def drift_data(drift: Drift) -> dict[str, list[list[int]]]:
+    return {"missing": [[a, b] for a, b in sorted(drift.missing.items())],
+            "unexpected": [[a, b] for a, b in sorted(drift.unexpected.items())]}
+
+
+class DriftPolicy:
+    """The switches of ``engine`` against its intended state, each dealt with as its
+    ``on_drift`` says (``policies``: switch → restore, report or adopt); drift and what
+    failed are published on ``hub``."""
+
+    def __init__(self, engine: Engine, hub: EventHub, policies: Mapping[str, str], *,
+                 restore: bool = True) -> None:
+        self.engine, self.hub = engine, hub
+        self.policies = dict(policies)
+        self.restore = restore
+        self.restarted: dict[str, str] = {}
+        """Per switch, why its latest reconnect looked like a restart (for the drift
+        event)."""
+        self._reconciled = False
+        self._healing: dict[str, asyncio.Task[None]] = {}
+        self._heal_again: set[str] = set()
+
+    def on_drift(self, switch: str) -> str:
+        """What is done when ``switch`` holds other circuits than intended: the lab file's
+        ``on_drift``, or ``report`` for every switch under ``--no-restore``."""
+        return self.policies.get(switch, "restore") if self.restore else "report"
+
+    def came_online(self, switch: str) -> None:
+        """A switch is online again: dealt with once start-up has reconciled (before, the
+        start-up's own pass finds it)."""
+        if self._reconciled and switch in self.engine.switches:
+            self._heal_soon(switch)
+
+    async def reconcile(self, report: StartupReport) -> None:
+        """The switches' circuits against the intended state, each dealt with as its
+        ``on_drift`` says; from here on, so is every switch that comes back online (one
+        that failed at start-up included)."""
+        await self.engine.load_intended()
+        self._reconciled = True
+        for name, switch in self.engine.switches.items():
+            if switch.state is not LinkState.ONLINE:
+                continue  # dealt with when it comes online
+            try:
+                await self.settle(name, report)
+            except LabdError as exc:
+                self.hub.publish("warning", {"detail": f"{name}: the drift found at start-up "
+                                                       f"was not dealt with: {exc}"})
+
+    async def settle(self, switch: str, report: StartupReport | None = None) -> None:
+        """The switch's map against the intended state, dealt with as ``on_drift`` says."""
+        drift = Drift.between(self.engine.intended[switch],
+                              self.engine.switches[switch].expected)
+        restarted = self.restarted.pop(switch, None)
+        if not drift:
+            return
+        policy = self.on_drift(switch)
+        data: dict[str, Any] = {"switch": switch, **drift_data(drift), "policy": policy,
+                                "restarted": restarted,
+                                "when": "start-up" if report is not None else "reconnect"}
+        self.hub.publish("drift", data)
+        if report is not None:
+            report.drift[switch] = drift
+        if policy == "restore":
+            await self.engine.restore(switch)
+            if report is not None:
+                report.restored.append(switch)
+        elif policy == "adopt":
+            await self.engine.adopt(switch)
+            if report is not None:
+                report.adopted.append(switch)
+
+    def take_tasks(self) -> list[asyncio.Task[None]]:
+        """The heals under way, handed to whoever stops them (none start after)."""
+        tasks, self._healing = list(self._healing.values()), {}
+        return tasks
+
+    def _heal_soon(self, switch: str) -> None:
+        """Compare a switch that came back online with the intended state, in a task of its
+        own (the event came from inside its connection). One at a time per switch: a
+        reconnect during a heal is looked at again when it ends."""
+        running = self._healing.get(switch)
+        if running is not None and not running.done():
+            self._heal_again.add(switch)
+            return
+        self._healing[switch] = asyncio.get_running_loop().create_task(
+            self._heal(switch), name=f"labd-heal-{switch}")
+
+    async def _heal(self, switch: str) -> None:
+        while True:
+            self._heal_again.discard(switch)
+            try:
+                await self.settle(switch)
+            except LabdError as exc:
+                # Offline again, the store refusing: the next reconnect tries again.
+                self.hub.publish("warning", {"detail": f"{switch}: the drift found on "
+                                                       f"reconnecting was not dealt with: {exc}"})
+            except Exception:
+                log.exception("%s: dealing with drift failed", switch,
+                              extra={"instrument": switch})
+            if switch not in self._heal_again:
+                return
