@@ -61,6 +61,10 @@ STOP_S = 1.2
 READERS_EXIT_S = 0.25
 #: At the least, how long the HTTP server is given to write the answers it owes.
 SERVER_EXIT_S = 0.2
+#: How long a takeover waits for its instruments to open. One still opening (a stalled
+#: device answers nothing until its reply timeout, 5 s on TL1) is dealt with when it comes
+#: online: the lab is not left leaderless for it. An open normally takes milliseconds.
+TAKEOVER_OPEN_S = 1.0
 
 
 class Daemon:
@@ -277,7 +281,9 @@ class Daemon:
     async def _resync(self) -> Iterable[str]:
         """Open every instrument, deal with each switch's drift, read the jobs; the
         instruments that failed to open (they keep reconnecting)."""
-        self.report = await open_instruments(self.drivers)
+        # A takeover leads without the instruments still opening after a second.
+        self.report = await open_instruments(
+            self.drivers, TAKEOVER_OPEN_S if self.role is not None else None)
         await self.drift.reconcile(self.report)
         await self.jobs.load()
         return self.report.failed

@@ -38,17 +38,41 @@ class StartupReport:
     adopted: list[str] = field(default_factory=list)
 
 
-async def open_instruments(drivers: Mapping[str, Instrument]) -> StartupReport:
-    """Every instrument at once; each that failed keeps reconnecting by itself."""
+async def open_instruments(drivers: Mapping[str, Instrument],
+                           wait_s: float | None = None) -> StartupReport:
+    """Every instrument at once; each that failed keeps reconnecting by itself. With
+    ``wait_s``, one still opening then is reported so and left to finish on its own (it is
+    dealt with when it comes online): a takeover must not wait out a stalled device's
+    reply timeout (5 s) with the lab leaderless."""
     report = StartupReport()
-    errors = await asyncio.gather(*(d.connection.open_or_retry() for d in drivers.values()))
-    for (name, driver), error in zip(drivers.items(), errors, strict=True):
-        if error is None:
-            info = getattr(driver, "info", None)
+    opening = {name: asyncio.ensure_future(d.connection.open_or_retry())
+               for name, d in drivers.items()}
+    if opening:
+        await asyncio.wait(opening.values(), timeout=wait_s)
+    for name, task in opening.items():
+        if not task.done():
+            _STILL_OPENING.add(task)
+            task.add_done_callback(_opened)
+            report.failed[name] = (f"still opening after {wait_s:g} s; dealt with when it "
+                                   "comes online")
+        elif (error := task.result()) is None:
+            info = getattr(drivers[name], "info", None)
             report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
         else:
             report.failed[name] = str(error)
     return report
+
+
+_STILL_OPENING: set[asyncio.Future[Any]] = set()
+"""Opens a takeover stopped waiting for, held until they end (the loop keeps only weak
+references to tasks). Each ends by itself: connected, or failed into its own backoff, or
+closed with its instrument at the daemon's stop."""
+
+
+def _opened(task: asyncio.Future[Any]) -> None:
+    _STILL_OPENING.discard(task)
+    if not task.cancelled():
+        task.exception()  # told by the instrument's own state events, not as "never retrieved"
 
 
 def drift_data(drift: Drift) -> dict[str, list[list[int]]]:
