@@ -215,8 +215,9 @@ class FakeHost:
         snap.at_ns = 111_111_111_111_111_111
         # The heartbeat as the agent stamps it, with its two stamps left open.
         text = snap.stamped(222_222_222_222_222_222).decode()
-        head, rest = text.split("111111111111111111")
-        middle, tail = rest.split("222222222222222222")
+        first, second = sorted(("111111111111111111", "222222222222222222"), key=text.find)
+        head, rest = text.split(first)
+        middle, tail = rest.split(second)
         self.heartbeat = (head, middle, tail)
         self.beat()
         return stamped

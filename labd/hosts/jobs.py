@@ -7,14 +7,14 @@ healthy.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 from labd.errors import JobError, UnknownJob
 from labd.events import EventHub
 from labd.fabric.engine import Engine
-from labd.hosts.jobstate import Failure, JobState, SendToHost, Timeline, since_failure_ms
+from labd.hosts.commands import JobCommands
+from labd.hosts.jobstate import Failure, JobState, SendToHost, Timeline, keep, since_failure_ms
 from labd.hosts.monitor import HostListener, HostMonitor
 from labd.hosts.recovery import Recovery
 from labd.hosts.state import HostState
@@ -28,10 +28,13 @@ from labd.vocabulary import ACTIVE, EventKind
 __all__ = ["Failure", "JobManager", "JobState", "SendToHost", "Timeline", "since_failure_ms"]
 
 
-class JobManager(Recovery, HostListener):
+class JobManager(HostListener):
     def __init__(self, lab: Lab, engine: Engine, hosts: HostMonitor, hub: EventHub,
                  store: Store, send: SendToHost | None) -> None:
-        super().__init__(lab, engine, hosts, hub, store, send)
+        self.lab, self.engine, self.hosts, self.hub, self.store = lab, engine, hosts, hub, store
+        self.jobs = {j.id: JobState(j, list(j.members), list(j.spares)) for j in lab.job}
+        self.commands = JobCommands(lab, hosts, send)
+        self.recovery = Recovery(lab, engine, hosts, hub, store, self.commands, self.jobs)
         # By id: every GPU event looks its host up (a pod's start-up is thousands of them).
         self._host_entries = {h.id: h for h in lab.host}
         self.acting = True
@@ -69,6 +72,11 @@ class JobManager(Recovery, HostListener):
                 self.hub.publish(EventKind.WARNING, {"detail": (
                     f"job {pool.job}: the kept members and spares are not the lab file's "
                     "(it changed): starting from the lab file's")})
+
+    async def run(self) -> None:
+        """Each job's recovery worker, until cancelled (the daemon runs it among its
+        background loops)."""
+        await self.recovery.run()
 
     def resume(self) -> int:
         """At takeover (``--ha``): act from now on, and queue a recovery for each member of
@@ -113,8 +121,8 @@ class JobManager(Recovery, HostListener):
         state = self.job(job_id)
         if state.status == "recovering":
             raise JobError(f"job {job_id!r} is recovering; wait for the recovery to end")
-        self._sender()  # before any circuit is made
-        self._ranks(state.members)  # every member must be on a host
+        self.commands.sender()  # before any circuit is made
+        self.commands.ranks(state.members)  # every member must be on a host
         missing = [(s, d) for s, d in state.entry.links(state.members)
                    if trace_circuit(self.lab, s, d, self.engine.intended) is None]
         if missing:
@@ -124,17 +132,17 @@ class JobManager(Recovery, HostListener):
             if bad:
                 raise JobError(f"job {job_id!r} not started: {bad[0].switch}: {bad[0].error}")
         state.new_run()
-        await self._command(state, self._hosts_of(state.members), "start")
+        await self.commands.command(state, self.commands.hosts_of(state.members), "start")
         state.status = "running"
-        await self.store.run_write(self._keep(state))
+        await self.store.run_write(keep(state))
         self.hub.publish(EventKind.JOB_STATE, state.as_dict())
         return state.as_dict()
 
     async def stop_job(self, job_id: str) -> dict[str, Any]:
         state = self.job(job_id)
-        await self._command(state, self._hosts_of(state.members), "stop")
+        await self.commands.command(state, self.commands.hosts_of(state.members), "stop")
         state.status = "stopped"
-        await self.store.run_write(self._keep(state))
+        await self.store.run_write(keep(state))
         self.hub.publish(EventKind.JOB_STATE, state.as_dict())
         return state.as_dict()
 
@@ -148,7 +156,7 @@ class JobManager(Recovery, HostListener):
             raise JobError(f"{endpoint!r} is a member of a job; it cannot be a spare")
         if endpoint not in state.spares:
             state.spares.append(endpoint)
-            await self.store.run_write(self._keep(state))
+            await self.store.run_write(keep(state))
         for member in sorted(state.failed):
             where = self.lab.placement(member)
             state.queue.put_nowait(Failure(
@@ -165,7 +173,6 @@ class JobManager(Recovery, HostListener):
             raise JobError(f"job {job_id!r} has no recovery waiting for a decision")
         state.decision.set_result(approve)
         return state.as_dict()
-
 
     # -- following the hosts (HostListener) ------------------------------------------------
     def gpu_health(self, host: HostState, report: GpuHealth, at_ns: int) -> None:
@@ -200,11 +207,11 @@ class JobManager(Recovery, HostListener):
             for nic in entry.nics:
                 self._enqueue(nic, host.id, None, "host-lost", [f"host {host.status}"],
                               last, None, at_ns)
-        self._wake()
+        self.commands.wake()
 
     def nic_link(self, host: HostState, report: NicLink, at_ns: int) -> None:
         if self.acting:
-            self._wake()
+            self.commands.wake()
 
     def job_progress(self, host: HostState, report: JobProgress, at_ns: int) -> None:
         if not self.acting:
@@ -218,11 +225,7 @@ class JobManager(Recovery, HostListener):
             # host's clock offset estimate getting better (a slow first delivery overstated
             # it), not time going back: the stages built from them stay in order.
             seen.setdefault(report.progress, max(at, *seen.values()) if seen else at)
-        self._wake()
-
-    def _wake(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self.commands.wake()
 
     def _heal_on(self, host: str, what: str, at_ns: int) -> None:
         """A host back online, or a GPU healthy again, may let a degraded job run again:

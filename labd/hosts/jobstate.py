@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labd.lab.file import JobEntry
+from labd.store.pools import keep_pool
 from labd.vocabulary import STAGES
 
 SendToHost = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -103,3 +104,8 @@ class JobState:
         self.run = secrets.token_hex(4)
         self.progress = {}
 
+
+
+def keep(state: JobState) -> Callable[..., None]:
+    """The store write that keeps the job's members and spares as they are now."""
+    return keep_pool(state.entry.id, state.members, state.spares, state.status, state.epoch)

@@ -28,18 +28,18 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from labd.errors import JobError, LabdError
 from labd.events import EventHub
 from labd.fabric.engine import Engine, Result
-from labd.hosts.jobstate import Failure, JobState, SendToHost, Timeline
+from labd.hosts.commands import JobCommands
+from labd.hosts.jobstate import Failure, JobState, Timeline, keep
 from labd.hosts.monitor import HostMonitor
 from labd.hosts.spares import Replacement, choose_spare
-from labd.hostwire import JobCommand, RankSpec
 from labd.lab.file import Lab
 from labd.lab.wiring import CircuitRoute
-from labd.store.pools import keep_pool, save_timeline
+from labd.store.pools import save_timeline
 from labd.store.store import Store
 from labd.vocabulary import ACTIVE, STAGES, EventKind
 
@@ -47,74 +47,19 @@ log = logging.getLogger(__name__)
 
 
 class Recovery:
-    """Each job's recovery worker, and the means a recovery needs: the jobs' commands to
-    the hosts' agents, and waiting for what the hosts report (labd.hosts.jobs follows
-    them)."""
+    """Each job's recovery worker: it takes the job's failures in turn and swaps in a
+    spare, or restarts the job where it ran once every member is back."""
 
     def __init__(self, lab: Lab, engine: Engine, hosts: HostMonitor, hub: EventHub,
-                 store: Store, send: SendToHost | None) -> None:
+                 store: Store, commands: JobCommands, jobs: dict[str, JobState]) -> None:
         self.lab, self.engine, self.hosts, self.hub, self.store = lab, engine, hosts, hub, store
-        self.send = send
-        self.jobs = {j.id: JobState(j, list(j.members), list(j.spares)) for j in lab.job}
-        self._changed = asyncio.Event()
-        """Set (and replaced) whenever a host reports something a recovery may wait for."""
+        self.commands, self.jobs = commands, jobs
 
     async def run(self) -> None:
-        """Each job's recovery worker, until cancelled (the daemon runs it among its
-        background loops)."""
+        """Each job's recovery worker, until cancelled."""
         async with asyncio.TaskGroup() as workers:
             for state in self.jobs.values():
                 workers.create_task(self._worker(state), name=f"labd-recovery-{state.entry.id}")
-
-    def _keep(self, state: JobState) -> Callable[..., None]:
-        """The store write that keeps the job's members and spares as they are now."""
-        return keep_pool(state.entry.id, state.members, state.spares, state.status,
-                         state.epoch)
-
-    # -- the agents' commands --------------------------------------------------------------
-    def _ranks(self, members: list[str]) -> list[RankSpec]:
-        ranks = []
-        for rank, endpoint in enumerate(members):
-            where = self.lab.placement(endpoint)
-            if where is None:
-                raise JobError(f"member {endpoint!r} is no NIC of a [[host]]: labd cannot run "
-                               "a rank there")
-            ranks.append(RankSpec(rank=rank, host=where[0].id, endpoint=endpoint,
-                                  gpu=where[1]))
-        return ranks
-
-    def _sender(self) -> SendToHost:
-        if self.send is None:
-            raise JobError("jobs run through the hosts' agents: start the daemon with --mqtt")
-        return self.send
-
-    async def _command(self, state: JobState, hosts: set[str],
-                       action: Literal["start", "stop"]) -> None:
-        send = self._sender()
-        # Not into a broker the agents are still coming back to: one not yet back would
-        # never hear it (their time to reconnect bounds the wait).
-        await self.hosts.hearing(self.hosts.reconnect_s + 1.0)
-        if action == "start":
-            command = JobCommand(action="start", job=state.entry.id, epoch=state.epoch,
-                                 run=state.run, ranks=self._ranks(state.members))
-        else:
-            command = JobCommand(action="stop", job=state.entry.id)
-        message = command.wire()
-        # All at once: each send waits for the broker's acknowledgement, and a restart
-        # waits for the last host to hear of it.
-        await asyncio.gather(*(send(host, message) for host in sorted(hosts)))
-
-    def _hosts_of(self, members: list[str]) -> set[str]:
-        return {w[0].id for m in members if (w := self.lab.placement(m)) is not None}
-
-
-    async def _wait_for(self, check: Callable[[], int | None], timeout: float) -> int:
-        """Wait until ``check()`` gives a time; TimeoutError after ``timeout`` s."""
-        async with asyncio.timeout(timeout):
-            while (found := check()) is None:
-                await self._changed.wait()
-            return found
-
 
     # -- recovery --------------------------------------------------------------------------
     async def _worker(self, state: JobState) -> None:
@@ -130,8 +75,9 @@ class Recovery:
                 log.exception("recovery of job %s stopped by an internal error (%s of %s)",
                               state.entry.id, failure.trigger, failure.member,
                               extra={"job": state.entry.id})
-                self.hub.publish(EventKind.WARNING, {"detail": f"recovery of job {state.entry.id} "
-                                                       f"stopped by an internal error: {exc!r}"})
+                self.hub.publish(EventKind.WARNING, {"detail": (
+                    f"recovery of job {state.entry.id} stopped by an internal error: "
+                    f"{exc!r}")})
                 state.status = "degraded"
 
     def _publish(self, timeline: Timeline) -> None:
@@ -151,7 +97,7 @@ class Recovery:
         else:
             state.failed.discard(timeline.member)
         if status is not None:
-            self.store.run_write_nowait(self._keep(state))
+            self.store.run_write_nowait(keep(state))
         await self._save(timeline)
         self._publish(timeline)
         self.hub.publish(EventKind.JOB_STATE, state.as_dict())
@@ -201,7 +147,7 @@ class Recovery:
         state.new_run()
         timeline.epoch = state.epoch
         now = time.monotonic_ns()
-        problem = await self._restart(state, timeline, [], self._hosts_of(state.members),
+        problem = await self._restart(state, timeline, [], self.commands.hosts_of(state.members),
                                       now, now)
         if problem is not None:
             await self._finish(state, timeline, *problem, status="degraded")
@@ -311,12 +257,12 @@ class Recovery:
         state.members = plan.members
         state.spares = [s for s in state.spares if s != plan.spare]
         # Kept without waiting: the restart is on the failover's critical path.
-        self.store.run_write_nowait(self._keep(state))
+        self.store.run_write_nowait(keep(state))
         state.new_run()
         timeline.epoch = state.epoch
         try:
             problem = await self._restart(state, timeline, plan.made,
-                                          self._hosts_of(plan.members) | {timeline.host},
+                                          self.commands.hosts_of(plan.members) | {timeline.host},
                                           dispatched, max(acked.values()))
         finally:
             results = await rewiring
@@ -352,7 +298,7 @@ class Recovery:
         """Wait for the links of the circuits ``made``, restart the job on ``hosts``, follow
         it to its first step; (outcome, detail) if that did not happen."""
         try:
-            links = await self._wait_for(lambda: self._links_up(made, dispatched, acked),
+            links = await self.commands.wait_for(lambda: self._links_up(made, dispatched, acked),
                                          state.entry.link_timeout_s)
         except TimeoutError:
             return "timeout", (f"the new circuits' NIC links did not come up within "
@@ -360,14 +306,14 @@ class Recovery:
         if links > 0:
             self._stage(timeline, "links_up", links)
         try:
-            await self._command(state, hosts, "start")
+            await self.commands.command(state, hosts, "start")
         except LabdError as exc:
             return "failed", f"restart not sent: {exc}"
         world = len(state.members)
         try:
             for stage, progress in (("job_restarted", "started"),
                                     ("collectives_ready", "ready"), ("first_step", "step")):
-                at = await self._wait_for(partial(self._all_ranks, state, progress, world),
+                at = await self.commands.wait_for(partial(self._all_ranks, state, progress, world),
                                           state.entry.start_timeout_s)
                 self._stage(timeline, stage, at)
         except TimeoutError:
