@@ -4,10 +4,11 @@ The agent builds them and the daemon reads them with the same models, so the wir
 (docs/agent.md, the table of topics) lives here alone. Only pydantic and the bus's payload
 limits are imported: the agent loads this module on every GPU host.
 
-A heartbeat is read straight from its bytes by pydantic's own JSON parser (the daemon reads
-4,096 of them a second at a pod's size, docs/benchmarks.md); a payload that parser refuses,
-or one that may hold ``NaN`` or ``Infinity`` (Python's reading of JSON, not JSON), is read
-again by ``json.loads`` so that the refusal says what is wrong in the words it always did.
+A heartbeat is read straight from its bytes by pydantic's own JSON parser, strictly (the
+daemon reads 4,096 of them a second at a pod's size, docs/benchmarks.md); a payload that
+parser refuses, or one that may hold ``NaN`` or ``Infinity`` (Python's reading of JSON, not
+JSON), is read again by ``json.loads``, so that the refusal says what is wrong in the words
+it always did.
 """
 
 from __future__ import annotations
@@ -80,16 +81,34 @@ class Message(BaseModel):
 
 
 class Heartbeat(Message):
-    """``hosts/<host>/heartbeat``: the host's GPUs and their verdicts, every interval."""
+    """``hosts/<host>/heartbeat``: the host's GPUs and their verdicts, every interval.
 
+    Its fields are read strictly, as the agent writes them (no Python runs for them: a
+    pod's heartbeats are the daemon's busiest path); a heartbeat whose other fields are not
+    so is read again by :class:`LooseHeartbeat`, and only its ``gpus`` can refuse it."""
+
+    sent_ns: Int | None = None
+    at_ns: Int | None = None
+    interval_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = None
+    lost_gpu: Annotated[bool, Strict()] = False
+    """Whether the backend reports a GPU lost."""
+    error: Annotated[str, Field(max_length=MAX_ERROR)] | None = None
+    gpus: list[GpuVerdict] = Field(max_length=MAX_GPUS)
+    nics: dict[str, Annotated[bool, Strict()]] | None = None
+    """None: the agent watches no link (the daemon keeps what it knew)."""
+
+
+class LooseHeartbeat(Heartbeat):
+    """A heartbeat as the daemon keeps it whatever its other fields say: what the watch
+    cannot use is dropped, not refused (an interval out of bounds is not kept, and the
+    heartbeat still counts)."""
+
+    sent_ns: Stamp = None
     at_ns: Stamp = None
     interval_s: Annotated[float | None, BeforeValidator(_interval)] = None
     lost_gpu: Annotated[bool, BeforeValidator(bool)] = False
-    """Whether the backend reports a GPU lost."""
     error: Annotated[str | None, BeforeValidator(_error)] = None
-    gpus: list[GpuVerdict] = Field(max_length=MAX_GPUS)
     nics: Annotated[dict[str, bool] | None, BeforeValidator(_nics)] = None
-    """None: the agent watches no link (the daemon keeps what it knew)."""
 
 
 class GpuHealth(Message):
@@ -204,10 +223,13 @@ def read_heartbeat(payload: bytes) -> Heartbeat:
             return Heartbeat.model_validate_json(payload)
         except ValidationError as exc:
             if exc.errors()[0]["type"] != "json_invalid":
-                raise PayloadError(_shape(exc)) from None
+                try:
+                    return LooseHeartbeat.model_validate_json(payload)
+                except ValidationError as loose:
+                    raise PayloadError(_shape(loose)) from None
     data = loads(payload)  # says why it is not JSON, as json.loads does
     try:
-        return Heartbeat.model_validate(data)
+        return LooseHeartbeat.model_validate(data)
     except ValidationError as exc:
         raise PayloadError(_shape(exc)) from None
 

@@ -9,8 +9,9 @@ Topics (``<lab>`` and ``<host>`` as in the lab file):
                                        or a job makes progress (labd.agent.jobs)
 ``labd/<lab>/hosts/<host>/job``        the daemon's commands: start/stop a job (subscribed)
 
-The daemon reads them: a GPU that turns ``failed`` is a failure report; a host whose status
-goes ``offline`` or whose heartbeats stop for 1.5 intervals is lost.
+Each message is a model of labd.hostwire, and the daemon reads it with the same model: a
+GPU that turns ``failed`` is a failure report; a host whose status goes ``offline`` or whose
+heartbeats stop for 1.5 intervals is lost.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ It reports progress by printing ``LABD_PROGRESS ready`` (its collectives are set
 
 Progress events (on the host's ``events`` topic): ``{"job", "epoch", "run", "rank", "progress":
 "started" | "ready" | "step" | "exited", "step", "code", "at_ns"}``; a command that cannot be
-carried out gives ``{"job", "error"}``.
+carried out gives ``{"job", "error"}``. Both ends use the models of labd.hostwire.
 """
 
 from __future__ import annotations

@@ -98,4 +98,7 @@ def test_a_heartbeat_without_gpus_is_refused_but_a_strange_interval_is_dropped()
     with pytest.raises(PayloadError, match="gpus: Field required"):
         read_heartbeat(b"{}")
     assert read_heartbeat(b'{"gpus": [], "interval_s": -1}').interval_s is None
+    # Read strictly first, then loosely: what the watch cannot use is dropped, not refused.
+    loose = read_heartbeat(b'{"gpus": [], "error": 5, "sent_ns": "x", "nics": {"n": 1}}')
+    assert (loose.error, loose.sent_ns, loose.nics) == ("5", None, {"n": True})
     assert Heartbeat.model_validate({"gpus": [], "interval_s": 2}).interval_s == 2.0
