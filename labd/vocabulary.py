@@ -1,14 +1,39 @@
 """The words labd's parts share, defined once: the phases a reconfiguration passes through,
-the spans measured between them, the stages of a failover, and the one percentile every
-report uses. The API, the TUI, ``labd measure`` and the benchmarks all import them from here,
-so the same data gives the same figures wherever it is read.
+the spans measured between them, the stages of a failover, the one percentile every report
+uses, and the kinds of the daemon's events. The API, the TUI, ``labd measure`` and the
+benchmarks all import them from here, so the same data gives the same figures wherever it
+is read.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+
+class EventKind(enum.StrEnum):
+    """The kinds of the daemon's events (docs/daemon.md, "Events"): each is its string on
+    the wire, in the API's stream and on MQTT. An instrument's own events are
+    ``instrument.<kind>``, beside these."""
+
+    RECONFIGURATION = "reconfiguration"
+    DRIFT = "drift"
+    FAILOVER = "failover"
+    DRILL = "drill"
+    JOB_STATE = "job.state"
+    JOB_PROGRESS = "job.progress"
+    JOB_ERROR = "job.error"
+    HOST_STATUS = "host.status"
+    HOST_LOST = "host.lost"
+    HOSTS_UNSURE = "hosts.unsure"
+    GPU_HEALTH = "gpu.health"
+    NIC_LINK = "nic.link"
+    HA_LEADING = "ha.leading"
+    STATUS = "status"
+    WARNING = "warning"
+    ERROR = "error"
 
 #: A reconfiguration's phases, in order, each a CLOCK_MONOTONIC time in ns (docs/daemon.md):
 #: asked for, first command sent, first light-moving command sent, its reply, light seen on

@@ -67,6 +67,7 @@ import aiomqtt
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.agent.links import client_id
+from labd.hostwire import GpuHealth
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import Sealer, new_key
 from labd.mqtt.private import Mosquitto, MosquittoError
@@ -198,26 +199,25 @@ class FakeHost:
     async def report(self) -> int:
         """As the agent's report loop: every verdict that changed as an event (in order),
         then the heartbeat; returns when the first event was stamped."""
-        snap = await self.agent.snapshot()
-        verdicts = snap.pop("_verdicts")
+        snap, verdicts = await self.agent.snapshot()
         stamped = 0
         for index, verdict in sorted(verdicts.items()):
             before = self.agent.verdicts.get(index)
             if before is None or before.health != verdict.health:
-                event = {"host": self.id, "at_ns": time.monotonic_ns(), **{
-                    "gpu": index, "health": verdict.health.value,
-                    "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
-                    "since_ns": self.backend.since_ns(index),
-                    "was": before.health.value if before else None}}
-                stamped = stamped or event["at_ns"]
+                event = GpuHealth(host=self.id, gpu=index, health=verdict.health.value,
+                                  reasons=list(verdict.reasons), at_ns=snap.at_ns,
+                                  since_ns=self.backend.since_ns(index),
+                                  was=before.health.value if before else None)
+                stamped = stamped or event.at_ns or 0
                 self.send("events", self.agent.stamp(event), qos=1)
         self.agent.verdicts = verdicts
-        snap["nics"] = {}
+        snap.nics = {}
+        snap.at_ns = 111_111_111_111_111_111
         # The heartbeat as the agent stamps it, with its two stamps left open.
-        text = json.dumps({**snap, "at_ns": 111_111_111_111_111_111,
-                           "sent_ns": 222_222_222_222_222_222})
-        head, rest = text.split("111111111111111111")
-        middle, tail = rest.split("222222222222222222")
+        text = snap.stamped(222_222_222_222_222_222).decode()
+        first, second = sorted(("111111111111111111", "222222222222222222"), key=text.find)
+        head, rest = text.split(first)
+        middle, tail = rest.split(second)
         self.heartbeat = (head, middle, tail)
         self.beat()
         return stamped

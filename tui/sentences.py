@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from labd.vocabulary import span_ms
+from labd.vocabulary import EventKind, span_ms
 
 Data = dict[str, Any]
 
@@ -137,11 +137,12 @@ def _fields(d: Data) -> str:
     return "; ".join(f"{k}: {v}" for k, v in d.items()) or "(no details)"
 
 
+K = EventKind
 TOLD: dict[str, Callable[[Data], str]] = {
-    "reconfiguration": _reconfiguration, "failover": _failover, "drill": _drill,
-    "job.state": _job_state, "job.progress": _job_progress, "job.error": _job_error,
-    "host.status": _host, "host.lost": _host, "gpu.health": _gpu, "nic.link": _nic,
-    "drift": _drift, "warning": _detail, "error": _detail}
+    K.RECONFIGURATION: _reconfiguration, K.FAILOVER: _failover, K.DRILL: _drill,
+    K.JOB_STATE: _job_state, K.JOB_PROGRESS: _job_progress, K.JOB_ERROR: _job_error,
+    K.HOST_STATUS: _host, K.HOST_LOST: _host, K.GPU_HEALTH: _gpu, K.NIC_LINK: _nic,
+    K.DRIFT: _drift, K.WARNING: _detail, K.ERROR: _detail}
 
 
 def sentence(kind: str, data: Data) -> str:

@@ -9,18 +9,17 @@ Topics (``<lab>`` and ``<host>`` as in the lab file):
                                        or a job makes progress (labd.agent.jobs)
 ``labd/<lab>/hosts/<host>/job``        the daemon's commands: start/stop a job (subscribed)
 
-The daemon reads them: a GPU that turns ``failed`` is a failure report; a host whose status
-goes ``offline`` or whose heartbeats stop for 1.5 intervals is lost.
+Each message is a model of labd.hostwire, and the daemon reads it with the same model: a
+GPU that turns ``failed`` is a failure report; a host whose status goes ``offline`` or whose
+heartbeats stop for 1.5 intervals is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from typing import Any
 
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
@@ -28,6 +27,7 @@ from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, command_opener, http_link, mqtt_link
 from labd.agent.nics import NIC_POLL_S, Nics
 from labd.errors import AgentError, LinkDown, SmiError, unwrap
+from labd.hostwire import Event, GpuHealth, Heartbeat, Message, NicLink
 from labd.mqtt.client import backoff
 from labd.mqtt.credentials import BusSettings
 
@@ -71,8 +71,8 @@ class Agent:
         self.ready = asyncio.Event()
         self.jobs = JobRunner(host, jobs or {}, self.emit)
         # Events wait here while the daemon is out of reach and go out in order after.
-        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._held: dict[str, Any] | None = None
+        self._outbox: asyncio.Queue[Event] = asyncio.Queue()
+        self._held: Event | None = None
         """The event whose send a lost link cut off: the next session sends it first."""
         self._dropped = 0
 
@@ -80,10 +80,10 @@ class Agent:
         """Events not yet sent (the daemon out of reach, or the link slow)."""
         return self._outbox.qsize() + (self._held is not None)
 
-    async def emit(self, event: dict[str, Any]) -> None:
+    async def emit(self, event: Event) -> None:
         self.post(event)
 
-    def post(self, event: dict[str, Any]) -> None:
+    def post(self, event: Event) -> None:
         """Queue an event for the daemon (what :meth:`emit` does, from synchronous code).
         Past OUTBOX_MAX waiting (a long outage), the oldest goes, and the count is said."""
         if self._outbox.qsize() >= OUTBOX_MAX:
@@ -93,13 +93,15 @@ class Agent:
             if self._dropped == 1:
                 log.warning("host %s: over %d events wait for the daemon; dropping the "
                             "oldest", self.host, OUTBOX_MAX, extra={"host": self.host})
-        self._outbox.put_nowait({"host": self.host, "at_ns": time.monotonic_ns(), **event})
+        self._outbox.put_nowait(event.model_copy(update={
+            "host": self.host, "at_ns": event.at_ns or time.monotonic_ns()}))
 
-    def stamp(self, message: dict[str, Any]) -> bytes:
+    def stamp(self, message: Message) -> bytes:
         """The message as sent, with when (lets the daemon place our clock on its own)."""
-        return json.dumps({**message, "sent_ns": time.monotonic_ns()}).encode()
+        return message.stamped(time.monotonic_ns())
 
-    async def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self) -> tuple[Heartbeat, dict[int, Verdict]]:
+        """The heartbeat as of now, and each GPU's verdict in it."""
         try:
             gpus, lost = await self.backend.gpus()
             error = None
@@ -107,14 +109,14 @@ class Agent:
             gpus, lost, error = [], exc.lost, str(exc)
         verdicts = classify_host(gpus, self.expected)
         by_index = {g.index: g for g in gpus}
-        return {
-            "host": self.host, "at_ns": time.monotonic_ns(), "lost_gpu": lost,
-            "error": error, "interval_s": self.interval,
-            "gpus": [{"index": i, "health": v.health.value, "reasons": list(v.reasons),
-                      "uuid": by_index[i].uuid if i in by_index else None}
-                     for i, v in sorted(verdicts.items())],
-            "_verdicts": verdicts,
-        }
+        # Built without validation: every field is the agent's own, of its declared type.
+        beat = Heartbeat.model_construct(
+            host=self.host, sent_ns=None, at_ns=time.monotonic_ns(), interval_s=self.interval,
+            lost_gpu=lost, error=error, nics=None,
+            gpus=[{"index": i, "health": v.health.value, "reasons": list(v.reasons),
+                   "uuid": by_index[i].uuid if i in by_index else None}
+                  for i, v in sorted(verdicts.items())])
+        return beat, verdicts
 
     def _connect(self) -> contextlib.AbstractAsyncContextManager[AgentLink]:
         if self.mqtt is not None:
@@ -193,18 +195,17 @@ class Agent:
         # time spent reading the GPUs and sending comes out of the wait, not on top of it.
         deadline = time.monotonic()
         while True:
-            snap = await self.snapshot()
-            verdicts: dict[int, Verdict] = snap.pop("_verdicts")
+            snap, verdicts = await self.snapshot()
             changed = False
             for index, verdict in sorted(verdicts.items()):
                 before = self.verdicts.get(index)
                 if before is None or before.health != verdict.health:
                     changed = True
-                    await self.emit({
-                        "gpu": index, "health": verdict.health.value,
-                        "reasons": list(verdict.reasons), "at_ns": snap["at_ns"],
-                        "since_ns": self.backend.since_ns(index),
-                        "was": before.health.value if before else None})
+                    await self.emit(GpuHealth(
+                        gpu=index, health=verdict.health.value,
+                        reasons=list(verdict.reasons), at_ns=snap.at_ns,
+                        since_ns=self.backend.since_ns(index),
+                        was=before.health.value if before else None))
             self.verdicts = verdicts
             if changed:
                 # A failure report goes before the heartbeat: a message right behind another
@@ -214,7 +215,7 @@ class Agent:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.interval / 4):
                         await self._outbox.join()
-            snap["nics"] = dict(self.links)
+            snap.nics = dict(self.links)
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
             # An early wake (a change) sends an extra heartbeat; the cadence stays.
@@ -239,7 +240,7 @@ class Agent:
             if self.links.get(nic) != up:
                 was = self.links.get(nic)
                 self.links[nic] = up
-                self.post({"nic": nic, "up": up, "was": was, "at_ns": now})
+                self.post(NicLink(nic=nic, up=up, was=was, at_ns=now))
 
     def failed(self) -> list[int]:
         return [i for i, v in self.verdicts.items() if v.health is Health.FAILED]

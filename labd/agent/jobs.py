@@ -20,7 +20,7 @@ It reports progress by printing ``LABD_PROGRESS ready`` (its collectives are set
 
 Progress events (on the host's ``events`` topic): ``{"job", "epoch", "run", "rank", "progress":
 "started" | "ready" | "step" | "exited", "step", "code", "at_ns"}``; a command that cannot be
-carried out gives ``{"job", "error"}``.
+carried out gives ``{"job", "error"}``. Both ends use the models of labd.hostwire.
 """
 
 from __future__ import annotations
@@ -32,32 +32,19 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-Report = Callable[[dict[str, Any]], Awaitable[None]]
+from labd.hostwire import Event, JobCommand, JobError, JobProgress, Progress
+
+__all__ = ["JobCommand", "JobRunner", "emulated_job_command"]
+
+Report = Callable[[Event], Awaitable[None]]
 PROGRESS = "LABD_PROGRESS "
 STEP_REPORT_NS = 1_000_000_000
 """After a run's first step, steps are reported at most once a second."""
 STOP_GRACE_S = 5.0
-
-
-class RankSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rank: int = Field(ge=0)
-    host: str
-    endpoint: str
-    gpu: int = Field(ge=0)
-
-
-class JobCommand(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    action: Literal["start", "stop"]
-    job: str
-    epoch: int = Field(default=0, ge=0)
-    run: str = Field(default="", max_length=64)
-    ranks: list[RankSpec] = Field(default_factory=list)
 
 
 def emulated_job_command(init_ms: float, step_ms: float) -> list[str]:
@@ -84,17 +71,18 @@ class JobRunner:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "payload"
-            await self.report({"job": None, "error": f"bad job command: {where}: "
-                                                     f"{first['msg']}"})
+            await self.report(JobError(job=None, error=f"bad job command: {where}: "
+                                                       f"{first['msg']}"))
             return
         if command.action == "stop":
             await self.stop(command.job)
             return
         argv = self.commands.get(command.job)
         if argv is None:
-            await self.report({"job": command.job, "epoch": command.epoch, "run": command.run,
-                               "error": f"this agent runs no job {command.job!r}; it is "
-                                        f"configured for: {', '.join(self.commands) or 'none'}"})
+            await self.report(JobError(
+                job=command.job, epoch=command.epoch, run=command.run,
+                error=f"this agent runs no job {command.job!r}; it is configured for: "
+                      f"{', '.join(self.commands) or 'none'}"))
             return
         await self.start(command, argv)
 
@@ -108,22 +96,23 @@ class JobRunner:
                    "LABD_RANK": str(spec.rank), "LABD_WORLD_SIZE": str(len(ranks)),
                    "LABD_RANK_MAP": json.dumps(ranks), "LABD_NIC": spec.endpoint,
                    "CUDA_VISIBLE_DEVICES": str(spec.gpu)}
-            base = {"job": command.job, "epoch": command.epoch, "run": command.run,
-                    "rank": spec.rank}
+            base = _Rank(command.job, command.epoch, command.run, spec.rank)
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, stdout=asyncio.subprocess.PIPE, env=env)
             except OSError as exc:
-                await self.report({**base, "error": f"cannot start {argv[0]!r}: {exc}"})
+                await self.report(JobError(job=base.job, epoch=base.epoch, run=base.run,
+                                           rank=base.rank,
+                                           error=f"cannot start {argv[0]!r}: {exc}"))
                 continue
             procs.append(proc)
-            await self.report({**base, "progress": "started", "at_ns": time.monotonic_ns()})
+            await self.report(_progress(base, "started", time.monotonic_ns()))
             task = asyncio.create_task(self._watch(proc, base))
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
         self.running[command.job] = procs
 
-    async def _watch(self, proc: asyncio.subprocess.Process, base: dict[str, Any]) -> None:
+    async def _watch(self, proc: asyncio.subprocess.Process, base: _Rank) -> None:
         assert proc.stdout is not None
         last_step_ns = 0
         async for raw in proc.stdout:
@@ -134,15 +123,13 @@ class JobRunner:
                 continue
             words = line[len(PROGRESS):].split()
             if words == ["ready"]:
-                await self.report({**base, "progress": "ready", "at_ns": now})
+                await self.report(_progress(base, "ready", now))
             elif (len(words) == 2 and words[0] == "step" and words[1].isdigit()
                   and (not last_step_ns or now - last_step_ns >= STEP_REPORT_NS)):
                 last_step_ns = now
-                await self.report({**base, "progress": "step", "step": int(words[1]),
-                                   "at_ns": now})
+                await self.report(_progress(base, "step", now, step=int(words[1])))
         code = await proc.wait()
-        await self.report({**base, "progress": "exited", "code": code,
-                           "at_ns": time.monotonic_ns()})
+        await self.report(_progress(base, "exited", time.monotonic_ns(), code=code))
 
     async def stop(self, job: str) -> None:
         """SIGTERM every process of the job; SIGKILL what is left after a grace period."""
@@ -175,3 +162,16 @@ class JobRunner:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class _Rank(NamedTuple):
+    job: str
+    epoch: int
+    run: str
+    rank: int
+
+
+def _progress(rank: _Rank, progress: Progress, at_ns: int, *, step: int | None = None,
+              code: int | None = None) -> JobProgress:
+    return JobProgress(job=rank.job, epoch=rank.epoch, run=rank.run, rank=rank.rank,
+                       progress=progress, step=step, code=code, at_ns=at_ns)

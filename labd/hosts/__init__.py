@@ -1,2 +1,5 @@
-"""GPU hosts and the jobs on them: what the agents report (``monitor``), choosing a spare
-(``spares``), and recovering a job when a member fails (``jobs``)."""
+"""GPU hosts and the jobs on them: what the agents report (``monitor``, each host's
+``state``), when a host is lost (``watchdog``), the jobs (``jobs``, their ``jobstate``),
+the commands to the agents (``commands``), choosing a spare (``spares``), recovering a job
+when a member fails (``recovery``), and the agents' own MQTT feed (``feed``). The messages
+on the wire are typed in labd.hostwire."""

@@ -1,315 +1,95 @@
-"""What the daemon knows of the GPU hosts, from their agents over MQTT: status, heartbeats,
-each GPU's health. A host is lost when its agent's last will says ``offline`` or when its
-heartbeats stop for 1.5 intervals; a GPU whose verdict turns ``failed`` is a failure report.
+"""What the daemon knows of the GPU hosts, from their agents: status, heartbeats, each GPU's
+health, NIC links and job progress. Each message is read with the typed wire schema
+(labd.hostwire); a malformed one is a warning event and changes nothing. Who acts on what
+hosts report (the job manager) is called with typed reports (:class:`HostListener`); the
+watchdog (labd.hosts.watchdog) says when a host is lost.
 
-Built for a pod's thousands of hosts on one event loop: a heartbeat costs the monitor a
-few dictionary updates (the watchdog keeps hosts in the order they were last heard, so it
-looks only at the few whose time may be up, never at the whole fleet), and each host's
-JSON for ``GET /v1/hosts`` is kept and made again only when something in it but the
-heartbeat's stamp changed. A daemon that is itself behind does not call its hosts lost:
-see :meth:`HostMonitor.run`.
+Built for a pod's thousands of hosts on one event loop: each host's JSON for
+``GET /v1/hosts`` is kept and made again only when something in it but the heartbeat's
+stamp changed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from labd.errors import PayloadError
-from labd.events import Event, EventHub
-from labd.mqtt.client import RECONNECT_MAX_S
-from labd.mqtt.payload import check
+from labd.events import EventHub
+from labd.hosts.commands import CommandQueues
+from labd.hosts.state import STATUSES, HostState
+from labd.hosts.watchdog import (
+    LAG_SHARE,
+    LATE_NS,
+    MASS_HOSTS,
+    MASS_SHARE,
+    MISSED,
+    RECONNECT_GRACE_S,
+    SETTLE_S,
+    TICK_S,
+    UNSURE_AFTER,
+    Watchdog,
+)
+from labd.hostwire import (
+    HEALTH,
+    MAX_GPUS,
+    GpuHealth,
+    GpuVerdict,
+    Heartbeat,
+    JobError,
+    JobProgress,
+    NicLink,
+    read_event,
+    read_heartbeat,
+)
+from labd.vocabulary import EventKind
+
+__all__ = ["HEALTH", "LAG_SHARE", "LATE_NS", "MASS_HOSTS", "MASS_SHARE", "MAX_GPUS", "MISSED",
+           "RECONNECT_GRACE_S", "SETTLE_S", "STATUSES", "TICK_S", "UNSURE_AFTER",
+           "CommandQueues", "HostListener", "HostMonitor", "HostState"]
 
 log = logging.getLogger(__name__)
 
-MISSED = 1.5
-#: A watchdog this late (or less) was on time: timers are not exact.
-LATE_NS = 5_000_000
-#: How long an overdue host is given for messages already on their way in to be read.
-SETTLE_S = 0.02
-HEALTH = ("healthy", "degraded", "failed")
-#: The most GPUs a heartbeat may list (a lab file allows 64 per host).
-MAX_GPUS = 256
-#: Hosts going overdue together, at least this many and :data:`MASS_SHARE` of those online,
-#: look more like the daemon's (or the broker's) trouble than the hosts': they are held for
-#: one more interval of evidence.
-MASS_HOSTS = 8
-MASS_SHARE = 0.1
-#: A host held this long past its time (in intervals) is worth a ``hosts.unsure`` event;
-#: shorter holds (a few ms of a broker's delivery) are ordinary.
-UNSURE_AFTER = 0.1
-#: How long the agents may take to reconnect once the daemon has: the longest wait of
-#: their backoff, and a second to connect through a broker that is busy taking them all back.
-RECONNECT_GRACE_S = RECONNECT_MAX_S + 1.0
-#: How often the watchdog looks at least (a heartbeat never makes it look sooner).
-TICK_S = 0.005
-#: A watchdog woken this late, as a share of the shortest heartbeat interval, says the
-#: daemon could not listen: an unsure episode, however short.
-LAG_SHARE = 0.5
-STATUSES = ("online", "offline", "lost", "unknown")
-#: An online host whose time is up: its state, its last heartbeat's send time, and the
-#: moment its allowance ran out (daemon clock).
-Overdue = tuple["HostState", int, int]
+Tell = Callable[["HostListener", int], None]
 
 
-@dataclass
-class HostState:
-    id: str
-    status: str = "unknown"  # online, offline, lost, unknown
-    last_beat_ns: int | None = None
-    """When the last heartbeat arrived (daemon clock)."""
-    last_sent_ns: int | None = None
-    """When the agent sent it, on the daemon's clock (see ``offset_ns``)."""
-    interval_s: float | None = None
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    nics: dict[str, bool] = field(default_factory=dict)
-    nic_since_ns: dict[str, int] = field(default_factory=dict)
-    """When each NIC's link last changed, by the agent's clock."""
-    error: str | None = None
-    offset_ns: int | None = None
-    """Daemon clock minus the agent's, at most: the smallest (received - sent) seen. Agents
-    stamp what they observe on their own CLOCK_MONOTONIC, which another machine does not
-    share; this puts those moments on the daemon's clock (late by the fastest delivery)."""
-    version: int = 0
-    """Bumped by every change ``as_dict`` shows, but the heartbeat's stamp."""
-    slow_ns: int = 0
-    """How late its heartbeats have been arriving lately (halved at each new one)."""
-    deaf_mark_ns: int = 0
-    """The watchdog's deaf clock (:attr:`HostMonitor.deaf_ns`) at its last heartbeat."""
-    _json: tuple[tuple[Any, ...], bytes, bytes] | None = field(default=None, repr=False)
+class HostListener:
+    """Who acts on what hosts report (the job manager): called with each report as its
+    event is published, so that nothing it must act on can be lost to a slow event
+    stream. ``at_ns`` is when the daemon learnt it (the event's stamp). Each does nothing
+    here: a listener takes what it needs."""
 
-    def to_daemon_clock(self, agent_ns: Any) -> int | None:
-        if not isinstance(agent_ns, int):
-            return None
-        return agent_ns + (self.offset_ns or 0)
+    def gpu_health(self, host: HostState, report: GpuHealth, at_ns: int) -> None:
+        """A GPU's verdict changed (``failed``: a failure report)."""
 
-    def _saw(self, sent_ns: Any) -> None:
-        if isinstance(sent_ns, int):
-            lag = time.monotonic_ns() - sent_ns
-            self.offset_ns = lag if self.offset_ns is None else min(self.offset_ns, lag)
+    def host_status(self, host: HostState, was: str, at_ns: int) -> None:
+        """The host's status changed (``host.status`` is ``online``, or the host is lost:
+        ``offline`` or ``lost`` after ``online``)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "last_beat_ns": self.last_beat_ns,
-                "interval_s": self.interval_s, "gpus": self.gpus, "nics": self.nics,
-                "error": self.error}
+    def nic_link(self, host: HostState, report: NicLink, at_ns: int) -> None:
+        """A NIC's link went up or down."""
 
-    def json_parts(self) -> tuple[bytes, bytes, bytes]:
-        """``as_dict`` as JSON, in three parts to be joined, from what is kept since the
-        last change: at thousands of hosts, ``GET /v1/hosts`` is then one join, not a
-        serialisation of the fleet."""
-        key = (self.version, self.status, self.interval_s, self.error, id(self.gpus),
-               id(self.nics))
-        if self._json is None or self._json[0] != key:
-            head = f'{{"id": {json.dumps(self.id)}, "status": {json.dumps(self.status)}, ' \
-                   '"last_beat_ns": '
-            tail = (f', "interval_s": {json.dumps(self.interval_s)}, "gpus": '
-                    f'{json.dumps(self.gpus)}, "nics": {json.dumps(self.nics)}, '
-                    f'"error": {json.dumps(self.error)}}}')
-            self._json = (key, head.encode(), tail.encode())
-        stamp = b"null" if self.last_beat_ns is None else str(self.last_beat_ns).encode()
-        return self._json[1], stamp, self._json[2]
-
-    def as_json(self) -> bytes:
-        """``as_dict`` as JSON."""
-        return b"".join(self.json_parts())
-
-    def gpu_health(self, index: int) -> str | None:
-        """The GPU's latest verdict from the heartbeats, if reported."""
-        return next((g.get("health") for g in self.gpus if g.get("index") == index), None)
+    def job_progress(self, host: HostState, report: JobProgress, at_ns: int) -> None:
+        """A rank of a job made progress."""
 
 
-def _constant(name: str) -> Any:
-    # NaN and Infinity are Python's reading of JSON, not JSON: kept, they would make the
-    # daemon's own answers (GET /v1/hosts) unreadable.
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _loads(payload: bytes) -> Any:
-    """An agent message's JSON, within the bus's limits; any mistake a PayloadError."""
-    check(payload, what="it")
-    try:
-        return json.loads(payload.decode("utf-8"), parse_constant=_constant)
-    except UnicodeDecodeError:
-        raise PayloadError("it is not UTF-8 text") from None
-    except (ValueError, RecursionError) as exc:
-        raise PayloadError(f"it is not JSON: {exc}") from None
-
-
-class HostListener(Protocol):
-    """Who acts on what hosts report (the job manager): called with every host event as it
-    is published, so that nothing it must act on can be lost to a slow event stream."""
-
-    def host_event(self, event: Event) -> None: ...
-
-
-class HostMonitor:
+class HostMonitor(Watchdog):
     def __init__(self, hub: EventHub, hosts: list[str]) -> None:
-        self.hub = hub
+        super().__init__(hub, hosts)
         self._listeners: list[HostListener] = []
-        self.hosts = {h: HostState(h) for h in hosts}
         self._order = {h: i for i, h in enumerate(self.hosts)}
-        # Online hosts with an interval, per interval, in the order their last heartbeat
-        # arrived: the first of each is the first whose time can be up.
-        self._watch: dict[float, OrderedDict[str, HostState]] = {}
-        self.deaf_ns = 0
-        """Time the watchdog could not listen (it woke this much later than it asked, in
-        all): a host's allowance grows by what of it fell after its last heartbeat."""
-        self.heard_ns = 0
-        """The latest send time (daemon clock) of anything the daemon has read from the
-        broker: the hosts' heartbeats and the bridge's own probe (:meth:`heard`). A host is
-        lost only once something sent after its time was up has been read: until then the
-        silence may be the daemon's or the broker's."""
-        self._backlogs: list[Callable[[], int]] = []
-        self.unsure: dict[str, Any] | None = None
-        """The open ``hosts.unsure`` episode (hosts held, and why), if any."""
-        self.lost_count = 0
-        """Hosts declared lost so far (by missed heartbeats or a last will)."""
-        self.probed = False
-        """Whether the bridge probes its own path through the broker (:meth:`heard`):
-        then silence is judged on that evidence even where no other host speaks."""
-        self._ask_probe: Callable[[], None] | None = None
-        self._asked_ns = 0
-        """When a probe was last asked for: once for each host's time being up, not at
-        every look (a broker that delivers nothing is not probed at the watchdog's tick)."""
-        self._wanted_ns: int | None = None
-        """The send time of evidence hosts wait for (their time was up then): heard, it
-        wakes the watchdog (``_evidence``) at once, not at its next tick."""
-        self._evidence = asyncio.Event()
-        self._gone: deque[int] = deque()
-        """When hosts were declared lost by silence lately (the mass rule's memory)."""
-        self.reconnect_s = RECONNECT_GRACE_S
-        """How long the hosts' agents may take to reconnect after the daemon has: part of
-        the unsure episode that a loss of the broker link begins."""
-        self.link_down_since: int | None = None
-        """Since when the daemon's link to the broker has been down (None: up, or no
-        broker)."""
-        self._link_reason = ""
-        self._grace_until = 0
-        """When the agents' time to reconnect ends (0: not reconnecting)."""
-        self._awaited: set[str] = set()
-        """Hosts online when the link went down and not heard since it came back: once
-        none is left, the agents' time to reconnect ends early."""
-        self.episode_end_ns = 0
-        """When the last unsure episode that held every verdict ended: no host is declared
-        lost before 1.5 intervals after it (docs/daemon.md, "When a host is lost")."""
-        self._lagged: str | None = None
-        self._hearing = asyncio.Event()
-        self._hearing.set()
-        self._offline: dict[str, int] = {}
-        """Hosts that said ``offline`` (a last will, or an agent that stopped), and when:
-        believed once the bridge's probe sent after it comes back, so that the wills a
-        broker delivers as it shuts down change nothing."""
 
     def listen(self, listener: HostListener) -> None:
-        """Call ``listener.host_event`` with every host event from now on."""
+        """Tell ``listener`` every host report from now on."""
         self._listeners.append(listener)
 
     def unlisten(self, listener: HostListener) -> None:
-        """No more host events for ``listener`` (a run that is ending: its hosts' goodbyes
+        """No more host reports for ``listener`` (a run that is ending: its hosts' goodbyes
         are no failures)."""
         if listener in self._listeners:
             self._listeners.remove(listener)
-
-    def backlog(self, source: Callable[[], int]) -> None:
-        """``source()`` says how many agent messages have arrived but are not yet handled
-        (the bridge's batches): no host is declared lost while any wait."""
-        self._backlogs.append(source)
-
-    def prober(self, ask: Callable[[], None]) -> None:
-        """``ask()`` has the bridge probe its path through the broker now, not at its next
-        round: called when a host's time is up and nothing sent since has been read, so the
-        verdict waits a broker's round trip, not a probe period (docs/benchmarks.md,
-        Failover)."""
-        self._ask_probe = ask
-
-    def waiting(self) -> int:
-        """Agent messages arrived but not yet handled."""
-        return sum(source() for source in self._backlogs)
-
-    # -- the broker link (the bridge tells) -----------------------------------------------
-    def link_down(self, reason: str) -> None:
-        """The daemon's link to the broker is down: an unsure episode begins (or goes on),
-        and the ``offline`` statuses not yet believed are dropped (a broker going away
-        delivers its clients' last wills as it goes)."""
-        now = time.monotonic_ns()
-        self._link_reason = reason
-        self._offline.clear()
-        self._hearing.clear()
-        if self.link_down_since is None:
-            self.link_down_since = now
-            if not self._grace_until:
-                self._awaited = {s.id for s in self.hosts.values() if s.status == "online"}
-            self._grace_until = 0
-        self._evidence.set()
-
-    def link_up(self) -> None:
-        """The link is back: the agents have :attr:`reconnect_s` to be heard again (less,
-        once every host online before has been)."""
-        if self.link_down_since is None:
-            return
-        self.link_down_since = None
-        self._grace_until = time.monotonic_ns() + int(self.reconnect_s * 1e9)
-        self._evidence.set()
-
-    def _grace_over(self, at: int) -> None:
-        self._grace_until = 0
-        self._awaited.clear()
-        self.episode_end_ns = max(self.episode_end_ns, at)
-        self._hearing.set()
-
-    async def hearing(self, timeout: float) -> bool:
-        """Wait (at most ``timeout`` s) until the daemon hears its hosts again after its
-        broker link was lost: every host online before has been heard, or their time to
-        reconnect is over. A command sent to an agent before then can find it not yet
-        back, and is lost (a job's restart would then wait for a rank that never heard of
-        it). Whether it does."""
-        if self.link_down_since is None and self._grace_until:
-            self.causes()  # the time to reconnect may be over already
-        try:
-            async with asyncio.timeout(timeout):
-                await self._hearing.wait()
-        except TimeoutError:
-            return False
-        return True
-
-    def causes(self, now: int | None = None) -> list[str]:
-        """Why the daemon cannot hear its hosts now (nothing: it can); ends the agents'
-        time to reconnect when it is over."""
-        now = time.monotonic_ns() if now is None else now
-        if self.link_down_since is not None:
-            return [f"the daemon's link to the MQTT broker is down ({self._link_reason}; for "
-                    f"{(now - self.link_down_since) / 1e9:.1f} s)"]
-        if self._grace_until:
-            if now < self._grace_until and self._awaited:
-                return [f"the daemon is back on the MQTT broker and its hosts' agents have "
-                        f"until {self.reconnect_s:g} s after to reconnect "
-                        f"({len(self._awaited)} not heard yet)"]
-            self._grace_over(min(now, self._grace_until))
-        return []
-
-    def heard(self, sent_ns: int) -> None:
-        """Something sent at ``sent_ns`` (daemon clock) went through the broker and has been
-        read: the bridge's probe of its own path, evidence that the daemon hears in time."""
-        self.probed = True
-        self._heard_at(sent_ns)
-
-    def _heard_at(self, sent_ns: int) -> None:
-        """Evidence sent at ``sent_ns`` has been read (a probe, or any host's heartbeat):
-        the watchdog is woken at once if hosts wait for evidence that recent."""
-        if self._offline:
-            self._believe_offline(sent_ns)
-        if sent_ns > self.heard_ns:
-            self.heard_ns = sent_ns
-            if self._wanted_ns is not None and sent_ns >= self._wanted_ns:
-                self._wanted_ns = None
-                self._evidence.set()
 
     def select(self, status: str | None = None, after: str | None = None,
                limit: int | None = None) -> Iterator[HostState]:
@@ -335,16 +115,19 @@ class HostMonitor:
         parts[-1] = b"]" if len(parts) > 1 else b"[]"
         return b"".join(parts)
 
-    def _publish(self, kind: str, data: dict[str, Any]) -> None:
+
+    def _publish(self, kind: EventKind, data: dict[str, Any], tell: Tell | None = None) -> None:
         event = self.hub.publish(kind, data)
+        if tell is None:
+            return
         for listener in self._listeners:
             try:
-                listener.host_event(event)
+                tell(listener, event.at_ns)
             except Exception as exc:  # a listener's bug must not stop the agents' messages
-                log.exception("a listener of host events failed on %s from host %s", event.kind,
-                              event.data.get("host"), extra={"host": event.data.get("host")})
-                self.hub.publish("warning", {"detail": (
-                    f"{event.kind} from host {event.data.get('host')} was not acted on: "
+                log.exception("a listener of host events failed on %s from host %s", kind,
+                              data.get("host"), extra={"host": data.get("host")})
+                self.hub.publish(EventKind.WARNING, {"detail": (
+                    f"{kind} from host {data.get('host')} was not acted on: "
                     f"{type(exc).__name__}: {exc}")})
 
     def handle(self, host: str, kind: str, payload: bytes) -> str | None:
@@ -355,87 +138,73 @@ class HostMonitor:
         state = self.hosts.get(host)
         if state is None:  # nothing kept for names a sender makes up
             return self._bad(host, kind, "the lab has no such host")
-        if kind == "status":
-            text = payload.decode(errors="replace").strip()
-            if not text:
-                return None  # a retained status being cleared
-            if text not in ("online", "offline"):
-                return self._bad(host, kind, f"status {text!r} is not online or offline")
-            if text == "offline" and state.status == "online" and self.probed:
-                self._said_offline(state)
-                return None
-            self._offline.pop(host, None)
-            self._set_status(state, text)
-            return None
         try:
-            data = _loads(payload)
+            if kind == "status":
+                self._status(state, payload)
+            elif kind == "heartbeat":
+                self._heartbeat(state, read_heartbeat(payload))
+            else:
+                message = read_event(payload)
+                state._saw(message.sent_ns)
+                if isinstance(message, GpuHealth):
+                    self._gpu_event(state, message)
+                elif isinstance(message, NicLink):
+                    self._nic_event(state, message)
+                elif isinstance(message, JobError):
+                    self._publish(EventKind.JOB_ERROR, {
+                        "host": host, "job": message.job, "epoch": message.epoch,
+                        "rank": message.rank, "error": message.error})
+                else:
+                    self._publish(EventKind.JOB_PROGRESS, {"host": host, **message.model_dump(
+                        include={"job", "epoch", "run", "rank", "progress", "step", "code",
+                                 "at_ns"})}, lambda who, at: who.job_progress(state, message, at))
         except PayloadError as exc:
             return self._bad(host, kind, str(exc))
-        if not isinstance(data, dict):
-            return self._bad(host, kind, "not a JSON object")
-        if kind == "heartbeat":
-            return self._heartbeat(state, data)
-        state._saw(data.get("sent_ns"))
-        if kind == "events" and "job" in data:
-            return self._job_event(host, data)
-        if kind == "events" and "nic" in data:
-            if not isinstance(data.get("up"), bool) or not isinstance(data["nic"], str):
-                return self._bad(host, kind,
-                                 "a NIC event needs 'nic' (a name) and 'up' (true/false)")
-            state.nics[data["nic"]] = data["up"]
-            state.version += 1
-            if isinstance(data.get("at_ns"), int):
-                state.nic_since_ns[data["nic"]] = data["at_ns"]
-            self._publish("nic.link", {"host": host, "nic": data["nic"], "up": data["up"],
-                                          "was": data.get("was"), "at_ns": data.get("at_ns")})
-        elif kind == "events":
-            if data.get("health") not in HEALTH or type(data.get("gpu")) is not int:
-                return self._bad(host, kind, "expected 'gpu' (an index) and 'health'")
-            # The verdict holds from now, before the next heartbeat repeats it.
-            entry = next((g for g in state.gpus if g.get("index") == data["gpu"]), None)
-            if entry is not None and entry.get("health") == data["health"]:
-                return None  # told already, by a heartbeat that overtook this event
-            if entry is None:
-                if len(state.gpus) >= MAX_GPUS:
-                    return self._bad(host, kind, f"more than {MAX_GPUS} GPUs")
-                state.gpus.append({"index": data["gpu"], "health": data["health"]})
-            else:
-                entry["health"] = data["health"]
-            state.version += 1
-            self._publish("gpu.health", {"host": host, **{k: data.get(k) for k in (
-                "gpu", "health", "was", "reasons", "at_ns", "since_ns")}})
         return None
 
-    def _said_offline(self, state: HostState) -> None:
-        """An online host said ``offline``: believed once the broker is shown to deliver
-        after it (the bridge's probe, asked for now), and not at all during an unsure
-        episode: a broker shutting down delivers every agent's last will."""
-        if self.causes():
-            log.info("host %s said offline while the daemon cannot hear its hosts: left to "
-                     "its heartbeats", state.id, extra={"host": state.id})
+    def _status(self, state: HostState, payload: bytes) -> None:
+        text = payload.decode(errors="replace").strip()
+        if not text:
+            return  # a retained status being cleared
+        if text not in ("online", "offline"):
+            raise PayloadError(f"status {text!r} is not online or offline")
+        if text == "offline" and state.status == "online" and self.probed:
+            self._said_offline(state)
             return
-        now = time.monotonic_ns()
-        self._offline[state.id] = now
-        if self._ask_probe is not None:
-            self._asked_ns = now
-            self._ask_probe()
+        self._offline.pop(state.id, None)
+        self._set_status(state, text)
 
-    def _believe_offline(self, sent_ns: int) -> None:
-        for host, said in list(self._offline.items()):
-            if said <= sent_ns:
-                del self._offline[host]
-                state = self.hosts[host]
-                if state.status == "online":
-                    self._set_status(state, "offline")
+    def _nic_event(self, state: HostState, message: NicLink) -> None:
+        state.nics[message.nic] = message.up
+        state.version += 1
+        if message.at_ns is not None:
+            state.nic_since_ns[message.nic] = message.at_ns
+        self._publish(EventKind.NIC_LINK, {"host": state.id, "nic": message.nic,
+                                           "up": message.up, "was": message.was,
+                                           "at_ns": message.at_ns},
+                      lambda who, at: who.nic_link(state, message, at))
 
-    def _heartbeat(self, state: HostState, data: dict[str, Any]) -> str | None:
-        gpus = data.get("gpus")
-        if not isinstance(gpus, list) or len(gpus) > MAX_GPUS or not all(
-                isinstance(g, dict) and type(g.get("index")) is int
-                and g.get("health") in HEALTH for g in gpus):
-            return self._bad(state.id, "heartbeat", f"'gpus' must be a list of at most "
-                                                    f"{MAX_GPUS} {{'index': n, 'health': ...}}")
-        sent = data.get("sent_ns")
+    def _gpu_event(self, state: HostState, message: GpuHealth) -> None:
+        # The verdict holds from now, before the next heartbeat repeats it.
+        entry = next((g for g in state.gpus if g["index"] == message.gpu), None)
+        if entry is not None and entry["health"] == message.health:
+            return  # told already, by a heartbeat that overtook this event
+        if entry is None:
+            if len(state.gpus) >= MAX_GPUS:
+                raise PayloadError(f"more than {MAX_GPUS} GPUs")
+            state.gpus.append({"index": message.gpu, "health": message.health})
+        else:
+            entry["health"] = message.health
+        state.version += 1
+        self._tell_gpu(state, message)
+
+    def _tell_gpu(self, state: HostState, message: GpuHealth, **more: Any) -> None:
+        self._publish(EventKind.GPU_HEALTH, {"host": state.id, **message.model_dump(
+            include={"gpu", "health", "was", "reasons", "at_ns", "since_ns"}), **more},
+                      lambda who, at: who.gpu_health(state, message, at))
+
+    def _heartbeat(self, state: HostState, beat: Heartbeat) -> None:
+        sent = beat.sent_ns
         state._saw(sent)
         now = time.monotonic_ns()
         state.last_beat_ns = now
@@ -451,28 +220,15 @@ class HostMonitor:
             self._awaited.discard(state.id)
             if not self._awaited and self._grace_until:
                 self._grace_over(now)  # every host is back
-        interval = data.get("interval_s")
-        # Bounded: the loss deadline is worked out from it (inf would stop the watch).
-        interval_s = float(interval) if isinstance(interval, int | float) and (
-            0 < interval <= 3600) else None
-        error = data.get("error")
-        error = None if error is None else str(error)[:1000]
-        nics = data.get("nics")
-        nic_map = {str(k): bool(v) for k, v in nics.items()} if isinstance(nics, dict) \
-            else state.nics
+        gpus, error, interval_s = beat.gpus, beat.error, beat.interval_s
+        nic_map = state.nics if beat.nics is None else beat.nics
         # What most heartbeats say is what the last one said: kept as it is, so that the
         # host's JSON is not made again.
-        told: list[dict[str, Any]] = []
+        told: list[GpuHealth] = []
         if (gpus != state.gpus or nic_map != state.nics or error != state.error
                 or interval_s != state.interval_s):
             if gpus != state.gpus:
-                # A verdict the daemon learns here first (its event was sent while the
-                # daemon was not listening: it started after the agent, or the broker was
-                # away) is told as the event would have told it.
-                known = {g.get("index"): g.get("health") for g in state.gpus}
-                told = [{"gpu": g["index"], "health": g["health"],
-                         "was": known.get(g["index"]), "reasons": g.get("reasons")}
-                        for g in gpus if known.get(g["index"]) != g["health"]]
+                told = self._learnt(state.gpus, gpus)
             state.gpus, state.nics, state.error = gpus, nic_map, error
             if interval_s != state.interval_s:
                 self._unwatch(state)
@@ -483,43 +239,17 @@ class HostMonitor:
         else:
             self._rewatch(state)
         for verdict in told:
-            self._publish("gpu.health", {"host": state.id, **verdict, "at_ns": None,
-                                         "since_ns": None, "source": "heartbeat"})
-        return None
+            self._tell_gpu(state, verdict, source="heartbeat")
 
-    def _unwatch(self, state: HostState) -> None:
-        if state.interval_s is not None:
-            group = self._watch.get(state.interval_s)
-            if group is not None:
-                group.pop(state.id, None)
-
-    def _rewatch(self, state: HostState) -> None:
-        """Watch ``state`` as the most recently heard of its interval (or not at all)."""
-        if state.status != "online" or not state.interval_s or state.last_beat_ns is None:
-            self._unwatch(state)
-            return
-        group = self._watch.get(state.interval_s)
-        if group is None:
-            group = self._watch[state.interval_s] = OrderedDict()
-        group[state.id] = state
-        group.move_to_end(state.id)
-
-    def _job_event(self, host: str, data: dict[str, Any]) -> str | None:
-        if data.get("error") is not None:
-            self._publish("job.error", {"host": host, "job": data.get("job"),
-                                           "epoch": data.get("epoch"), "rank": data.get("rank"),
-                                           "error": str(data["error"])})
-            return None
-        if (not isinstance(data.get("job"), str) or not isinstance(data.get("rank"), int)
-                or not isinstance(data.get("epoch"), int)
-                or not isinstance(data.get("run", ""), str)
-                or data.get("progress") not in ("started", "ready", "step", "exited")):
-            return self._bad(host, "events", "a job event needs 'job', 'epoch', 'rank' and "
-                                             "'progress' (started, ready, step or exited), "
-                                             "and 'run' if any as a string")
-        self._publish("job.progress", {"host": host, **{k: data.get(k) for k in (
-            "job", "epoch", "run", "rank", "progress", "step", "code", "at_ns")}})
-        return None
+    @staticmethod
+    def _learnt(before: list[GpuVerdict], now: list[GpuVerdict]) -> list[GpuHealth]:
+        """The verdicts a heartbeat tells the daemon first (their event was sent while the
+        daemon was not listening: it started after the agent, or the broker was away),
+        told as the event would have told them."""
+        known = {g["index"]: g["health"] for g in before}
+        return [GpuHealth(gpu=g["index"], health=g["health"], was=known.get(g["index"]),
+                          reasons=g.get("reasons") or [])
+                for g in now if known.get(g["index"]) != g["health"]]
 
     def _set_status(self, state: HostState, status: str) -> None:
         if state.status == status:
@@ -530,211 +260,12 @@ class HostMonitor:
         lost = status in ("offline", "lost") and before == "online"
         if lost:
             self.lost_count += 1
-        self._publish("host.lost" if lost else "host.status", {
+        self._publish(EventKind.HOST_LOST if lost else EventKind.HOST_STATUS, {
             "host": state.id, "status": status, "was": before,
-            "last_beat_ns": state.last_beat_ns, "last_sent_ns": state.last_sent_ns})
+            "last_beat_ns": state.last_beat_ns, "last_sent_ns": state.last_sent_ns},
+                      lambda who, at: who.host_status(state, before, at))
 
     def _bad(self, host: str, kind: str, why: str) -> str:
         detail = f"bad {kind} message from host {host}: {why}"
-        self._publish("warning", {"detail": detail})
+        self._publish(EventKind.WARNING, {"detail": detail})
         return detail
-
-    async def run(self) -> None:
-        """Declare hosts lost 1.5 intervals after their last heartbeat was sent, until
-        cancelled (the daemon runs it among its background loops): the timer is set for the
-        earliest such moment, so a host that dies is declared lost within 1.5 intervals of
-        its death, not a polling period later.
-
-        Silence the daemon could not hear is not the host's, and a host is declared lost
-        only on evidence that the daemon hears in time:
-
-        - when this loop wakes later than it asked (a loaded machine gave the process no
-          CPU, or the loop was busy), that lateness is added to every host's allowance
-          until its next heartbeat; so is the delay its recent heartbeats took to arrive
-          (a busy broker), up to one more allowance;
-        - no host is declared while agent messages that have arrived wait to be handled;
-        - a host is declared only once something sent after its time was up has been read
-          (another host's heartbeat, or the bridge's probe of its own path through the
-          broker, asked for then: :meth:`prober`), and the watchdog looks again as soon as
-          it is; a broker that delivers late, or not at all, delays every verdict;
-        - many hosts going overdue together (:data:`MASS_HOSTS`, :data:`MASS_SHARE`) wait
-          for one more interval of such evidence.
-
-        While hosts are held past their time for any of these, a ``hosts.unsure`` event
-        says how many and why (``"waiting": true``), and another when the daemon is sure
-        again (``"waiting": false``, with how many of them were then declared lost).
-        Where nothing else is heard (a lab of one host, no probe), a host past its deadline
-        gets one more look once the messages already received are read."""
-        planned = time.monotonic_ns()
-        while True:
-            now = time.monotonic_ns()
-            late = now - planned - LATE_NS
-            self.deaf_ns += max(0, late)
-            if self._watch and late > LAG_SHARE * min(self._watch) * 1e9:
-                # Deaf for a good part of an interval: an episode of its own, over now.
-                self.episode_end_ns = max(self.episode_end_ns, now)
-                self._lagged = (f"the daemon's loop woke {late / 1e6:.0f} ms late (it was "
-                                "busy, or its process got no CPU)")
-            wake_ns = await self._look(now)
-            now = time.monotonic_ns()
-            wait_s = min(max((wake_ns - now) / 1e9, TICK_S), 1.0)
-            planned = now + int(wait_s * 1e9)
-            self._evidence.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await self._evidence.wait()
-            planned = min(planned, time.monotonic_ns())  # woken early is not late
-
-    def _due(self, now: int) -> tuple[list[Overdue], list[Overdue], int]:
-        """Online hosts whose time is up: those past their deadline, those past their time
-        but within what the daemon's deafness and the broker's delays add; and when to look
-        next."""
-        due: list[Overdue] = []
-        held: list[Overdue] = []
-        wake = now + 1_000_000_000
-        for interval, group in list(self._watch.items()):
-            allowance = int(MISSED * interval * 1e9)
-            if self.episode_end_ns + allowance > now:
-                # Nobody is due before 1.5 intervals after the last unsure episode ended.
-                wake = min(wake, self.episode_end_ns + allowance)
-                continue
-            # In the order they were heard: a host heard later cannot be due earlier, as
-            # its allowance counts from its send time plus at least its delivery.
-            for state in group.values():
-                heard = state.last_beat_ns or 0
-                if heard + allowance > now:
-                    wake = min(wake, heard + allowance)
-                    break
-                last = state.last_sent_ns or heard
-                extra = (self.deaf_ns - state.deaf_mark_ns) + min(state.slow_ns, allowance)
-                if now >= last + allowance + extra:
-                    due.append((state, last, last + allowance))
-                else:
-                    wake = min(wake, last + allowance + extra)
-                    held.append((state, last, last + allowance))
-            if not group:
-                del self._watch[interval]
-        return due, held, wake
-
-    async def _look(self, now: int) -> int:
-        reasons = self.causes(now)
-        if reasons:
-            # Whatever went silent meanwhile is judged from the episode's end on.
-            self.episode_end_ns = now
-            self._announce(now, [], reasons, deaf=True)
-            # Woken sooner by the link coming back, or by the last awaited host's heartbeat.
-            return min(self._grace_until or now + 1_000_000_000, now + 1_000_000_000)
-        if self._lagged is not None:
-            reasons.append(self._lagged)
-            self._lagged = None
-        due, held, wake = self._due(now)
-        if held:
-            reasons.append("the daemon could not listen for a while (its loop was busy, or "
-                           "its process got no CPU), or its hosts' heartbeats have been "
-                           "arriving late")
-        soon = now + int(TICK_S * 1e9)
-        if due and (waiting := self.waiting()):
-            reasons.append(f"{waiting} agent messages that have arrived are still to be read")
-            held += due
-            due = []
-            wake = min(wake, soon)
-        elif due:
-            online = sum(len(g) for g in self._watch.values())
-            while self._gone and self._gone[0] < now - 1_000_000_000 * MISSED:
-                self._gone.popleft()
-            silent = len(due) + len(self._gone)
-            mass = silent >= MASS_HOSTS and silent >= MASS_SHARE * (online + len(self._gone))
-            if online <= len(due) and not self.probed:
-                # Nothing else to hear from: the messages already in are read first.
-                await asyncio.sleep(SETTLE_S)
-            else:
-                sure: list[Overdue] = []
-                for entry in due:
-                    state, _, base = entry
-                    need = base + (int((state.interval_s or 1.0) * 1e9) if mass else 0)
-                    (sure if self.heard_ns >= need else held).append(entry)
-                if len(sure) < len(due):
-                    wake = min(wake, soon)
-                    if not mass:
-                        bases = [base for _, _, base in due if self.heard_ns < base]
-                        self._wanted_ns = min(bases)
-                        if self._ask_probe is not None and max(bases) > self._asked_ns:
-                            # A probe sent now was sent after their time was up: its return
-                            # is the evidence they wait for.
-                            self._asked_ns = now
-                            self._ask_probe()
-                    reasons.append(
-                        (f"{silent} hosts went silent together; " if mass else "")
-                        + "nothing sent since their time was up has been read yet (the "
-                          "broker may be delivering late, or not at all)")
-                due = sure
-            for state, last, _ in due:
-                if (state.last_sent_ns or state.last_beat_ns) == last \
-                        and state.status == "online":
-                    self._set_status(state, "lost")
-                    self._gone.append(time.monotonic_ns())
-                    if self.unsure is not None:
-                        self.unsure["lost"] += 1
-        self._announce(time.monotonic_ns(), held, reasons)
-        return wake
-
-    def _announce(self, now: int, held: list[tuple[HostState, int, int]],
-                  reasons: list[str], *, deaf: bool = False) -> None:
-        """``hosts.unsure`` as an episode begins (the daemon cannot hear: ``deaf``, or it
-        holds hosts past their time) and ends."""
-        long = [(s, base) for s, _, base in held if s.status == "online"
-                and now - base > UNSURE_AFTER * (s.interval_s or 1.0) * 1e9]
-        if deaf and self.unsure is None:
-            online = [s.id for s in self.hosts.values() if s.status == "online"]
-            self.unsure = {"hosts": len(online), "lost": 0, "since_ns": now}
-            self._publish_unsure(True, len(online), reasons, online[:10])
-        elif long and self.unsure is None:
-            self.unsure = {"hosts": len(long), "lost": 0, "since_ns": min(b for _, b in long)}
-            self._publish_unsure(True, len(long), reasons, [s.id for s, _ in long[:10]])
-        elif not held and not deaf and self.unsure is not None:
-            episode, self.unsure = self.unsure, None
-            self._publish_unsure(False, 0, [], [], lost=episode["lost"],
-                                 held_ms=(now - episode["since_ns"]) / 1e6)
-        elif long and self.unsure is not None:
-            self.unsure["hosts"] = max(self.unsure["hosts"], len(long))
-
-    def _publish_unsure(self, waiting: bool, hosts: int, reasons: list[str],
-                        sample: list[str], **more: Any) -> None:
-        detail = (f"{hosts} hosts may be silent, but the daemon cannot tell yet: "
-                  f"{'; '.join(reasons)}; waiting for evidence before declaring any lost"
-                  if waiting else "the daemon hears its hosts in time again")
-        self.hub.publish("hosts.unsure", {"waiting": waiting, "hosts": hosts,
-                                          "sample": sample, "detail": detail,
-                                          "source": "hosts", **more})
-
-
-class CommandQueues:
-    """Job commands for agents that reach the daemon over HTTP: each host's agent
-    long-polls ``GET /v1/agents/{host}/commands`` and gets them in order."""
-
-    def __init__(self) -> None:
-        self._queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
-
-    def _queue(self, host: str) -> asyncio.Queue[dict[str, Any] | None]:
-        return self._queues.setdefault(host, asyncio.Queue())
-
-    async def send(self, host: str, message: dict[str, Any]) -> None:
-        self._queue(host).put_nowait(message)
-
-    def close(self) -> None:
-        """The daemon is stopping: answer every waiting poll now (with nothing)."""
-        for queue in self._queues.values():
-            queue.put_nowait(None)
-
-    async def take(self, host: str, wait_s: float) -> list[dict[str, Any]]:
-        """What is waiting for ``host``, waiting up to ``wait_s`` for the first."""
-        queue = self._queue(host)
-        try:
-            async with asyncio.timeout(wait_s):
-                first = await queue.get()
-        except TimeoutError:
-            return []
-        out = [first]
-        while not queue.empty():
-            out.append(queue.get_nowait())
-        return [m for m in out if m is not None]

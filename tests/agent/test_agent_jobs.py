@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from labd.agent.jobs import JobRunner, emulated_job_command
+from labd.hostwire import Event
 
 
 class Reports:
@@ -14,9 +15,10 @@ class Reports:
         self.items: list[dict[str, Any]] = []
         self.changed = asyncio.Condition()
 
-    async def __call__(self, event: dict[str, Any]) -> None:
+    async def __call__(self, event: Event) -> None:
         async with self.changed:
-            self.items.append(event)
+            # As it goes on the wire: the daemon reads it with the same schema.
+            self.items.append(json.loads(event.stamped(0)))
             self.changed.notify_all()
 
     async def wait(self, **match: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from labd.agent import agent as agent_module
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.errors import LinkDown
+from labd.hostwire import JobProgress
 
 
 class Link:
@@ -44,8 +45,8 @@ def agent() -> Agent:
 
 async def test_an_event_cut_off_in_its_send_goes_first_on_the_next_link() -> None:
     a = agent()
-    a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "started"})
-    a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "exited"})
+    a.post(JobProgress(job="ring", epoch=1, rank=0, progress="started"))
+    a.post(JobProgress(job="ring", epoch=1, rank=0, progress="exited"))
     with pytest.raises(LinkDown):
         await a._send_events(Link(fail_first=True))
     assert a.queued() == 2  # the one in the send is held, not gone
@@ -69,7 +70,7 @@ async def test_a_long_outage_keeps_the_newest_events_and_says_how_many_went(
     monkeypatch.setattr(agent_module, "OUTBOX_MAX", 3)
     a = agent()
     for step in range(5):
-        a.post({"job": "ring", "epoch": 1, "rank": 0, "progress": "step", "step": step})
+        a.post(JobProgress(job="ring", epoch=1, rank=0, progress="step", step=step))
     assert a.queued() == 3
     link = Link()
     sending = asyncio.create_task(a._send_events(link))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from labd.events import Event, EventHub, Subscription
 from labd.hosts.jobs import JobManager
-from labd.hosts.monitor import MISSED, SETTLE_S, HostMonitor
+from labd.hosts.monitor import MISSED, SETTLE_S, HostListener, HostMonitor, HostState
 from labd.lab.file import load_lab
 from tests.labs import ring_lab, write_lab
 
@@ -239,10 +239,11 @@ async def test_many_hosts_going_silent_together_wait_one_more_interval() -> None
     fleet = Fleet(monitor, n)
     checked: list[bool] = []
 
-    class Evidence:
-        def host_event(self, event: Event) -> None:
-            if event.kind == "host.lost":
-                base = event.data["last_sent_ns"] + MISSED * INTERVAL_S * 1e9
+    class Evidence(HostListener):
+        def host_status(self, host: HostState, was: str, at_ns: int) -> None:
+            if host.status == "lost":
+                assert host.last_sent_ns is not None
+                base = host.last_sent_ns + MISSED * INTERVAL_S * 1e9
                 checked.append(monitor.heard_ns >= base + INTERVAL_S * 1e9)
 
     monitor.listen(Evidence())

@@ -1,0 +1,264 @@
+"""The messages between the daemon and its GPU hosts' agents, typed once for both sides.
+
+The agent builds them and the daemon reads them with the same models, so the wire format
+(docs/agent.md, the table of topics) lives here alone. Only pydantic and the bus's payload
+limits are imported: the agent loads this module on every GPU host.
+
+A heartbeat is read straight from its bytes by pydantic's own JSON parser, strictly (the
+daemon reads 4,096 of them a second at a pod's size, docs/benchmarks.md); a payload that
+parser refuses, or one that may hold ``NaN`` or ``Infinity`` (Python's reading of JSON, not
+JSON), is read again by ``json.loads``, so that the refusal says what is wrong in the words
+it always did.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from typing_extensions import TypedDict
+
+from labd.errors import PayloadError
+from labd.mqtt.payload import check
+
+Health = Literal["healthy", "degraded", "failed"]
+HEALTH: tuple[Health, ...] = ("healthy", "degraded", "failed")
+Progress = Literal["started", "ready", "step", "exited"]
+#: The most GPUs a heartbeat may list (a lab file allows 64 per host).
+MAX_GPUS = 256
+#: The longest error text kept from a heartbeat.
+MAX_ERROR = 1000
+
+Int = Annotated[int, Strict()]
+"""An integer, not a bool nor a float that happens to be whole."""
+
+
+def _interval(value: Any) -> float | None:
+    # Bounded: the loss deadline is worked out from it (inf would stop the watch). An
+    # interval the daemon cannot use is not kept, and the heartbeat still counts.
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 3600:
+        return float(value)
+    return None
+
+
+def _stamp(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _error(value: Any) -> str | None:
+    return None if value is None else str(value)[:MAX_ERROR]
+
+
+def _nics(value: Any) -> dict[str, bool] | None:
+    return {str(k): bool(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+Stamp = Annotated[int | None, BeforeValidator(_stamp)]
+"""An agent's CLOCK_MONOTONIC ns; anything else is taken as not given."""
+
+
+class GpuVerdict(TypedDict):
+    """One GPU in a heartbeat, kept as it is for ``GET /v1/hosts``."""
+
+    index: Int
+    health: Health
+    reasons: NotRequired[list[str]]
+    uuid: NotRequired[str | None]
+
+
+class Message(BaseModel):
+    """What every agent message carries: the host, and when the agent sent it."""
+
+    model_config = ConfigDict(extra="ignore")
+    host: str | None = None
+    sent_ns: Stamp = None
+
+    def stamped(self, sent_ns: int) -> bytes:
+        """The message as sent, with when (lets the daemon place the agent's clock on
+        its own)."""
+        return self.model_copy(update={"sent_ns": sent_ns}).model_dump_json().encode()
+
+
+class Heartbeat(Message):
+    """``hosts/<host>/heartbeat``: the host's GPUs and their verdicts, every interval.
+
+    Its fields are read strictly, as the agent writes them (no Python runs for them: a
+    pod's heartbeats are the daemon's busiest path); a heartbeat whose other fields are not
+    so is read again by :class:`LooseHeartbeat`, and only its ``gpus`` can refuse it."""
+
+    sent_ns: Int | None = None
+    at_ns: Int | None = None
+    interval_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = None
+    lost_gpu: Annotated[bool, Strict()] = False
+    """Whether the backend reports a GPU lost."""
+    error: Annotated[str, Field(max_length=MAX_ERROR)] | None = None
+    gpus: list[GpuVerdict] = Field(max_length=MAX_GPUS)
+    nics: dict[str, Annotated[bool, Strict()]] | None = None
+    """None: the agent watches no link (the daemon keeps what it knew)."""
+
+
+class LooseHeartbeat(Heartbeat):
+    """A heartbeat as the daemon keeps it whatever its other fields say: what the watch
+    cannot use is dropped, not refused (an interval out of bounds is not kept, and the
+    heartbeat still counts)."""
+
+    sent_ns: Stamp = None
+    at_ns: Stamp = None
+    interval_s: Annotated[float | None, BeforeValidator(_interval)] = None
+    lost_gpu: Annotated[bool, BeforeValidator(bool)] = False
+    error: Annotated[str | None, BeforeValidator(_error)] = None
+    nics: Annotated[dict[str, bool] | None, BeforeValidator(_nics)] = None
+
+
+class GpuHealth(Message):
+    """``hosts/<host>/events``: a GPU's verdict changed (``failed`` is a failure report)."""
+
+    gpu: Int
+    health: Health
+    was: Health | None = None
+    reasons: list[str] = Field(default_factory=list)
+    at_ns: Stamp = None
+    since_ns: Stamp = None
+    """When the host says the condition began (an emulated host knows exactly)."""
+
+
+class NicLink(Message):
+    """``hosts/<host>/events``: a NIC's link went up or down."""
+
+    nic: str
+    up: Annotated[bool, Strict()]
+    was: bool | None = None
+    at_ns: Stamp = None
+
+
+class JobProgress(Message):
+    """``hosts/<host>/events``: a rank of a job started, is ready, stepped or exited."""
+
+    job: str
+    epoch: Int
+    run: str | None = None
+    """The start's own name, echoed from the command (older agents send none)."""
+    rank: Int
+    progress: Progress
+    step: Int | None = None
+    code: Int | None = None
+    at_ns: Stamp = None
+
+
+class JobError(Message):
+    """``hosts/<host>/events``: a job command the agent could not carry out."""
+
+    job: str | None = None
+    epoch: Int | None = None
+    run: str | None = None
+    rank: Int | None = None
+    error: Annotated[str, BeforeValidator(str)]
+    at_ns: Stamp = None
+
+
+Event = GpuHealth | NicLink | JobProgress | JobError
+"""What an agent sends on its ``events`` topic."""
+
+
+class RankSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rank: int = Field(ge=0)
+    host: str
+    endpoint: str
+    gpu: int = Field(ge=0)
+
+
+class JobCommand(BaseModel):
+    """``hosts/<host>/job``, from the daemon: start a job's ranks (a new epoch, a new
+    ``run``), or stop them."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["start", "stop"]
+    job: str
+    epoch: int = Field(default=0, ge=0)
+    run: str = Field(default="", max_length=64)
+    ranks: list[RankSpec] = Field(default_factory=list)
+
+    def wire(self) -> dict[str, Any]:
+        """As sent: a stop names the job alone."""
+        if self.action == "stop":
+            return {"action": "stop", "job": self.job}
+        return self.model_dump()
+
+
+# -- reading what an agent sent --------------------------------------------------------------
+def _constant(name: str) -> Any:
+    # NaN and Infinity are Python's reading of JSON, not JSON: kept, they would make the
+    # daemon's own answers (GET /v1/hosts) unreadable.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads(payload: bytes) -> Any:
+    """An agent message's JSON, within the bus's limits; any mistake a PayloadError."""
+    check(payload, what="it")
+    try:
+        return json.loads(payload.decode("utf-8"), parse_constant=_constant)
+    except UnicodeDecodeError:
+        raise PayloadError("it is not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"it is not JSON: {exc}") from None
+
+
+def _why(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+HEARTBEAT_SHAPE = (f"'gpus' must be a list of at most {MAX_GPUS} "
+                   "{'index': n, 'health': ...}")
+
+
+def read_heartbeat(payload: bytes) -> Heartbeat:
+    """A heartbeat from its bytes; PayloadError says what is wrong with it."""
+    check(payload, what="it")
+    if b"NaN" not in payload and b"Infinity" not in payload:
+        try:
+            return Heartbeat.model_validate_json(payload)
+        except ValidationError as exc:
+            if exc.errors()[0]["type"] != "json_invalid":
+                try:
+                    return LooseHeartbeat.model_validate_json(payload)
+                except ValidationError as loose:
+                    raise PayloadError(_shape(loose)) from None
+    data = loads(payload)  # says why it is not JSON, as json.loads does
+    try:
+        return LooseHeartbeat.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(_shape(exc)) from None
+
+
+def _shape(exc: ValidationError) -> str:
+    if exc.errors()[0]["type"] in ("model_type", "model_attributes_type"):
+        return "not a JSON object"
+    return f"{HEARTBEAT_SHAPE} ({_why(exc)})"
+
+
+def read_event(payload: bytes) -> Event:
+    """An event from its bytes, told apart by its fields as docs/agent.md lists them (a
+    job's, a NIC's, else a GPU's); PayloadError says what is wrong with it."""
+    data = loads(payload)
+    if not isinstance(data, dict):
+        raise PayloadError("not a JSON object")
+    model: type[Event]
+    if "job" in data:
+        if data.get("error") is not None:
+            model, shape = JobError, "a job error needs 'error'"
+        else:
+            model, shape = JobProgress, ("a job event needs 'job', 'epoch', 'rank' and "
+                                         "'progress' (started, ready, step or exited), and "
+                                         "'run' if any as a string")
+    elif "nic" in data:
+        model, shape = NicLink, "a NIC event needs 'nic' (a name) and 'up' (true/false)"
+    else:
+        model, shape = GpuHealth, "expected 'gpu' (an index) and 'health'"
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(f"{shape} ({_why(exc)})") from None
