@@ -162,7 +162,9 @@ Event = GpuHealth | NicLink | JobProgress | JobError
 
 
 class RankSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A field the agent does not know is left aside, not refused: a daemon upgraded before
+    # its agents (it added ``run``) must not stop every job start on the way.
+    model_config = ConfigDict(extra="ignore")
     rank: int = Field(ge=0)
     host: str
     endpoint: str
@@ -171,9 +173,9 @@ class RankSpec(BaseModel):
 
 class JobCommand(BaseModel):
     """``hosts/<host>/job``, from the daemon: start a job's ranks (a new epoch, a new
-    ``run``), or stop them."""
+    ``run``), or stop them. Fields it does not know are ignored (as in :class:`RankSpec`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
     action: Literal["start", "stop"]
     job: str
     epoch: int = Field(default=0, ge=0)

@@ -102,3 +102,13 @@ def test_a_heartbeat_without_gpus_is_refused_but_a_strange_interval_is_dropped()
     loose = read_heartbeat(b'{"gpus": [], "error": 5, "sent_ns": "x", "nics": {"n": 1}}')
     assert (loose.error, loose.sent_ns, loose.nics) == ("5", None, {"n": True})
     assert Heartbeat.model_validate({"gpus": [], "interval_s": 2}).interval_s == 2.0
+
+
+def test_a_job_command_from_a_newer_daemon_is_taken_without_what_it_does_not_know() -> None:
+    """A daemon upgraded before its agents may send fields they do not know (``run`` was
+    one): an agent that refused them would refuse every job start until upgraded."""
+    command = JobCommand.model_validate_json(json.dumps({
+        "action": "start", "job": "ring4", "epoch": 3, "run": "ab12", "priority": 1,
+        "ranks": [{"rank": 0, "host": "h0", "endpoint": "h0.nic0", "gpu": 0, "numa": 1}]}))
+    assert (command.job, command.epoch, command.run) == ("ring4", 3, "ab12")
+    assert command.ranks[0].endpoint == "h0.nic0"
