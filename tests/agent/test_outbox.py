@@ -43,6 +43,20 @@ def agent() -> Agent:
     return Agent(lab="x", host="h1", mqtt="mqtt://127.0.0.1:1", backend=EmulatedBackend(1))
 
 
+async def sent(a: Agent, count: int) -> Link:
+    """A new link, once the agent has sent ``count`` events on it."""
+    link = Link()
+    sending = asyncio.create_task(a._send_events(link))
+    try:
+        async with asyncio.timeout(5):
+            while len(link.sent) < count:
+                link.arrived.clear()
+                await link.arrived.wait()
+    finally:
+        sending.cancel()
+    return link
+
+
 async def test_an_event_cut_off_in_its_send_goes_first_on_the_next_link() -> None:
     a = agent()
     a.post(JobProgress(job="ring", epoch=1, rank=0, progress="started"))
@@ -50,15 +64,7 @@ async def test_an_event_cut_off_in_its_send_goes_first_on_the_next_link() -> Non
     with pytest.raises(LinkDown):
         await a._send_events(Link(fail_first=True))
     assert a.queued() == 2  # the one in the send is held, not gone
-    second = Link()
-    sending = asyncio.create_task(a._send_events(second))
-    try:
-        async with asyncio.timeout(5):
-            while len(second.sent) < 2:
-                second.arrived.clear()
-                await second.arrived.wait()
-    finally:
-        sending.cancel()
+    second = await sent(a, 2)
     assert [e["progress"] for e in second.sent] == ["started", "exited"]
     assert a.queued() == 0
     async with asyncio.timeout(5):
@@ -72,15 +78,7 @@ async def test_a_long_outage_keeps_the_newest_events_and_says_how_many_went(
     for step in range(5):
         a.post(JobProgress(job="ring", epoch=1, rank=0, progress="step", step=step))
     assert a.queued() == 3
-    link = Link()
-    sending = asyncio.create_task(a._send_events(link))
-    try:
-        async with asyncio.timeout(5):
-            while len(link.sent) < 3:
-                link.arrived.clear()
-                await link.arrived.wait()
-    finally:
-        sending.cancel()
+    link = await sent(a, 3)
     assert [e["step"] for e in link.sent] == [2, 3, 4]
     said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert said == ["host h1: 2 events were dropped while the daemon was out of reach"]
