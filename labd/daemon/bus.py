@@ -1,28 +1,17 @@
-"""MQTT: the daemon's events on ``<root>/events/<kind>``, retained state on
-``<root>/state/...``, the daemon's liveness on ``<root>/daemon`` (``online``, and
-``offline`` as its last will), and commands on ``<root>/command/<switch>`` answered on
-``<root>/command/<switch>/result``. ``<root>`` is ``labd/<lab>``, or
-``labd/<lab>@<instance>`` (labd.mqtt.topics).
+"""The daemon on its MQTT broker: events out, retained state, liveness, and what comes in.
 
-Nothing heard on the bus is believed unless it is sealed (labd.mqtt.envelope): a host's
-messages with that host's key, a command with the key of a client the daemon knows. A
-command's body is JSON: ``{"connect": [[a, b], ...]}``, or ``"disconnect": [ports]``, or
-``"replace": [[a, b], ...]``; an optional ``"id"`` comes back in the result as
-``request_id``. Whatever is wrong with a message (too large, too deep, not JSON, unsigned,
-replayed) changes nothing: a command gets a result with ``"error"``; a host message raises
-a warning event, at most one per sender every :data:`COMPLAINT_EVERY_S`.
+Topics under ``<root>`` (``labd/<lab>`` or ``labd/<lab>@<instance>``, labd.mqtt.topics):
+events on ``events/<kind>``, retained state on ``state/...``, the daemon's liveness on
+``daemon`` (``online``; ``offline`` as its last will), switch commands on
+``command/<switch>`` answered on ``command/<switch>/result`` (labd.daemon.bus_commands).
+Nothing heard is believed unless sealed (labd.mqtt.envelope); a refused host message is a
+warning event, rate-limited per sender (:class:`~labd.daemon.bus_commands.Complaints`).
 
-The agents' messages come in on a connection of their own (labd.hosts.feed), in batches
-that are worked off in slices of the loop's time, so that a pod's heartbeats never hold up
-the API or the watchdog; commands run as tasks of their own (at most
-:data:`MAX_COMMANDS` at once; more are refused with an error), so that no agent message
-waits behind a reconfiguration. The bridge also sends itself a probe through the broker
-(``<root>/daemon/probe``) every :data:`PROBE_S`, and at once when the watchdog asks (a
-host's time is up): hearing it back is the watchdog's evidence that the daemon hears its
-hosts in time (labd.hosts.monitor).
-
-The bridge reconnects to the broker by itself, with backoff, and republishes its state; an
-error in its own loops restarts them (with an event), never ends them.
+Agent messages come in on a connection of their own (labd.hosts.feed) and are worked off
+in slices of the loop's time; commands run as tasks of their own, at most
+:data:`MAX_COMMANDS` at once. A probe through the broker every :data:`PROBE_S` is the
+watchdog's evidence that the daemon hears its hosts in time (labd.hosts.watchdog). The
+bridge reconnects by itself, with backoff; an error in its own loops restarts them.
 """
 
 from __future__ import annotations
@@ -35,18 +24,16 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from labd.daemon.api.bodies import MAX_PAIRS, Port
-from labd.errors import AlreadyTaken, BusError, RequestError, unwrap
+from labd.daemon.bus_commands import Complaints, SwitchCommands
+from labd.errors import AlreadyTaken, BusError, unwrap
 from labd.hosts.feed import PAUSE_AT, FeedProtocol, HostFeed, Message
 from labd.mqtt.client import backoff, publish, session, subscribe
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import Opener, Sealer
-from labd.mqtt.payload import loads
 from labd.mqtt.topics import lab_root
 from labd.repeats import Repeats
 
@@ -55,49 +42,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: One warning event per sender (or kind of mistake) at most this often.
-COMPLAINT_EVERY_S = 10.0
 #: The most switch commands from the bus carried out at once; one more is refused.
 MAX_COMMANDS = 64
 #: How long one slice of agent messages may hold the loop before others get their turn.
 SLICE_S = 0.002
 #: How often the bridge probes its own path through the broker.
 PROBE_S = 0.05
-# The same ports, pairs and bounds as the API's bodies: one change, two ways to ask.
-Pair = tuple[Port, Port]
-
-
-class Command(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: Annotated[str, Field(max_length=128)] | StrictInt | None = None
-    connect: Annotated[list[Pair], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
-    disconnect: Annotated[list[Port], Field(min_length=1, max_length=MAX_PAIRS)] | None = None
-    replace: Annotated[list[Pair], Field(max_length=MAX_PAIRS)] | None = None
-    verify_light: StrictBool = True
-
-
-class Complaints:
-    """Warning events (and log lines) about refused messages, through one limiter
-    (labd.repeats): at most one per ``who`` every :data:`COMPLAINT_EVERY_S` and a bounded
-    number in all, each with how many were held back, so that a flood of bad messages, from
-    however many made-up senders, does not become a flood of events (which go back out on
-    the bus)."""
-
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.repeats = Repeats(COMPLAINT_EVERY_S)
-        self.count = 0
-        """Messages refused so far."""
-
-    def __call__(self, who: str, detail: str) -> None:
-        self.count += 1
-        told = self.repeats.tell(who)
-        if told is None:
-            return
-        detail += told.suffix()
-        log.warning("MQTT: %s", detail, extra={"host": who.removeprefix("host ")}
-                    if who.startswith("host ") else None)
-        self.services.hub.publish("warning", {"detail": detail, "source": "mqtt"})
 
 
 class MqttBridge:
@@ -119,9 +69,10 @@ class MqttBridge:
         self._leaving = False
         # Seals are checked across reconnections: a replay after one is still a replay.
         self._hosts = Opener(creds.hosts.get)
-        self._clients = Opener(creds.clients.get)
         self._sealers: dict[str, Sealer] = {}
         self.complain = Complaints(services)
+        self.switch_commands = SwitchCommands(services, Opener(creds.clients.get),
+                                              self.complain)
         self._outage = Repeats(60.0)
         self._confirming: dict[str, asyncio.Future[None]] = {}
         # Agent messages read off the broker and not yet handled, oldest first.
@@ -497,38 +448,9 @@ class MqttBridge:
 
     async def handle(self, switch: str, payload: bytes | str, *,
                      topic: str | None = None) -> dict[str, Any]:
-        """Carry out one sealed command; every mistake is a result with ``error``."""
-        raw = payload.encode() if isinstance(payload, str) else payload
-        topic = topic or f"{self.prefix}/command/{switch}"
-        try:
-            _, body = self._clients.open(topic, raw)
-            data = loads(body, what="command")
-        except BusError as exc:  # refused, or too large or too deep to read
-            self.complain("commands", f"command for {switch} refused: {exc}")
-            return {"error": f"{exc}; commands must be sealed with a client key "
-                             "(labd broker-config; docs/daemon.md)"}
-        if isinstance(data, dict) and "token" in data:
-            return {"error": "tokens are not taken over MQTT (a subscriber would read it): "
-                             "seal the command with a client key instead"}
-        try:
-            command = Command.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "payload"
-            return {"error": f"{where}: {first['msg']}"}
-        actions = [a for a in ("connect", "disconnect", "replace")
-                   if getattr(command, a) is not None]
-        if len(actions) != 1:
-            return {"request_id": command.id,
-                    "error": "give exactly one of 'connect', 'disconnect' or 'replace'"}
-        try:
-            result = await self.services.engine.reconfigure(
-                switch, connect=command.connect or (), disconnect=command.disconnect or (),
-                replace=command.replace,
-                cause="api", verify_light=command.verify_light)
-        except RequestError as exc:
-            return {"request_id": command.id, "error": str(exc)}
-        return {"request_id": command.id, **result.as_dict()}
+        """Carry out one sealed command (labd.daemon.bus_commands)."""
+        return await self.switch_commands.handle(
+            switch, payload, topic or f"{self.prefix}/command/{switch}")
 
 
 class _Leading(Exception):
