@@ -6,7 +6,7 @@ Topics (``<lab>`` and ``<host>`` as in the lab file):
 ``labd/<lab>/hosts/<host>/status``     retained: ``online``; ``offline`` as the last will
 ``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts
 ``labd/<lab>/hosts/<host>/events``     when a GPU's verdict changes, a NIC's link changes,
-                                       or a job makes progress (labd.agent.jobs)
+                                       or a job makes progress (labd.agent.runner)
 ``labd/<lab>/hosts/<host>/job``        the daemon's commands: start/stop a job (subscribed)
 
 Each message is a model of labd.hostwire, and the daemon reads it with the same model: a
@@ -23,9 +23,9 @@ import time
 
 from labd.agent.backends import Backend
 from labd.agent.health import Health, Verdict, classify_host
-from labd.agent.jobs import JobRunner
 from labd.agent.links import AgentLink, command_opener, http_link, mqtt_link
 from labd.agent.nics import NIC_POLL_S, Nics
+from labd.agent.runner import JobRunner
 from labd.errors import AgentError, LinkDown, SmiError, unwrap
 from labd.hostwire import Event, GpuHealth, Heartbeat, Message, NicLink
 from labd.mqtt.client import backoff

@@ -31,8 +31,8 @@ from instruments.switch import OpticalSwitch, SwitchInfo
 from labd import deadlines
 from labd.client.control import Backdoor
 from labd.daemon.core import Daemon, StartupReport
+from labd.emulation.campaign import measure_failover
 from labd.emulation.drill import timeline_table
-from labd.emulation.failover import measure_failover
 from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.errors import DrillError

@@ -17,8 +17,8 @@ from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
 from instruments.switch import parse_size
 from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
-from labd.agent.jobs import emulated_job_command
 from labd.agent.nics import NIC_POLL_S, EmulatedNics
+from labd.agent.runner import emulated_job_command
 from labd.errors import LabFileError
 from labd.lab.file import (
     CalientTl1Entry,

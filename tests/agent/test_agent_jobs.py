@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from labd.agent.jobs import JobRunner, emulated_job_command
+from labd.agent.runner import JobRunner, emulated_job_command
 from labd.hostwire import Event
 
 

@@ -117,7 +117,7 @@ async def test_bad_input_names_the_field_and_changes_nothing(start_rig: StartRig
 
 
 def test_a_plan_through_a_switch_that_is_not_online_says_so(tmp_path: Path) -> None:
-    from labd.fabric.plan import plan_circuit
+    from labd.fabric.preview import plan_circuit
 
     _, path = write_lab(tmp_path, "planoff", *LAB)
     lab = load_lab(path)

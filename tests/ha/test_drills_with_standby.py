@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 
+from labd.emulation.campaign import measure_failover, standby
 from labd.emulation.drill import hosts_ready, job_stepping, run_drill, wait_for
-from labd.emulation.failover import measure_failover, standby
 from labd.emulation.rig import emulated_rig, rig_bus
 from labd.errors import DrillError
 from labd.ha.role import HaSettings

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from labd.emulation.failover import failover_report
+from labd.emulation.campaign import failover_report
 from labd.measure.plots import PlotStyle, reconfig_figures, reconfig_plots
 from labd.measure.reports import compare_table, failures, summary_table
 from labd.measure.runs import Run, RunStore

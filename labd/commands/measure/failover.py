@@ -60,9 +60,9 @@ def measure_failover(
     daemon swap in a spare and restart the job, and print each stage's p50/p99. Kept as a
     run (Ctrl-C keeps the drills done; --resume NAME goes on)."""
     from labd.agent.backends import SIGNALS
+    from labd.emulation.campaign import failover_report
+    from labd.emulation.campaign import measure_failover as drills
     from labd.emulation.drill import DrillResult
-    from labd.emulation.failover import failover_report
-    from labd.emulation.failover import measure_failover as drills
     from labd.lab.file import file_sha256
     from labd.measure.reconfig import Measured, finishing, new_run, resume_run
     from labd.mqtt.client import broker_reachable, local_broker

@@ -59,7 +59,7 @@ def measure_show(
 ) -> None:
     """A kept run's summary (and its rows exported, its plots drawn; --check: its truth
     check as the exit status)."""
-    from labd.emulation.failover import failover_report
+    from labd.emulation.campaign import failover_report
     from labd.measure.reconfig import model_check, summary_table
     from labd.measure.runs import RunStore
 

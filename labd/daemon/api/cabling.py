@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from labd.daemon.api.deps import ServicesDep
 from labd.daemon.api.shapes import endpoint_dict, plan_dict
 from labd.errors import RequestError, UnknownPort
-from labd.fabric.plan import plan_on
+from labd.fabric.preview import plan_on
 from labd.lab.wiring import circuits
 
 router = APIRouter()

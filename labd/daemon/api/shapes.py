@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from labd.fabric.plan import CircuitPlan
+from labd.fabric.preview import CircuitPlan
 from labd.hosts.jobs import since_failure_ms
 from labd.lab.file import EndpointEntry
 from labd.lab.wiring import CircuitRoute
@@ -54,7 +54,7 @@ def failover_dict(row: FailoverTimeline) -> dict[str, Any]:
 
 
 def plan_dict(plan: CircuitPlan) -> dict[str, Any]:
-    """A circuit's plan (labd.fabric.plan) as ``GET /v1/circuits/plan`` gives it."""
+    """A circuit's plan (labd.fabric.preview) as ``GET /v1/circuits/plan`` gives it."""
     return {"from": plan.src, "to": plan.dst, "possible": plan.possible,
             "route": None if plan.route is None else route_dict(plan.route),
             "existing": None if plan.existing is None else route_dict(plan.existing),
