@@ -6,9 +6,22 @@ import importlib
 
 import pytest
 
-PACKAGES = ["labd.store", "labd.lab", "labd.measure", "labd.client", "labd.mqtt",
-            "labd.commands", "tui", "tui.screens", "tui.tabs", "emulators",
-            "emulators.devices", "emulators.physics", "emulators.wire"]
+PACKAGES = ["labd", "labd.store", "labd.lab", "labd.measure", "labd.client", "labd.mqtt",
+            "labd.commands", "labd.ha", "labd.daemon", "labd.daemon.api", "labd.fabric",
+            "labd.agent", "labd.hosts", "labd.testing", "labd.emulation", "tui",
+            "tui.screens", "tui.tabs", "emulators", "emulators.devices", "emulators.physics",
+            "emulators.wire", "labd.commands.measure", "instruments", "instruments.adapters",
+            "instruments.transports"]
+
+
+def test_every_package_names_what_it_offers() -> None:
+    """A package made later is listed above, or this fails."""
+    import pathlib
+    root = pathlib.Path(__file__).parent.parent
+    found = {".".join(p.parent.relative_to(root).parts)
+             for top in ("labd", "tui", "emulators", "instruments")
+             for p in (root / top).rglob("__init__.py") if "migrations" not in p.parts}
+    assert found <= set(PACKAGES), sorted(found - set(PACKAGES))
 
 
 @pytest.mark.parametrize("name", PACKAGES)

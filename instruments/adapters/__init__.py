@@ -10,3 +10,6 @@
 Nothing here is imported by ``import instruments``, and importing this package loads no
 framework: each module imports its own, so only the one in use needs installing.
 """
+
+# Its modules, each imported where it is used: importing the package loads none of them.
+__all__ = ["blocking", "ophyd", "qcodes"]

@@ -13,3 +13,6 @@ imported when a test first asks for one. Parts:
 - ``running``: the lab (its emulators and a daemon) served from a thread of its own;
 - ``clients``: what a test holds (the emulators' client), and what is put back after it.
 """
+
+# Its modules, each imported where it is used: importing the package loads none of them.
+__all__ = ["clients", "plugin", "running", "selection"]

@@ -20,3 +20,5 @@ app.command("make-schedule")(make_schedule)
 app.command("runs")(measure_runs)
 app.command("show")(measure_show)
 app.command("compare")(measure_compare)
+
+__all__ = ["app"]
