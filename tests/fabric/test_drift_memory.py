@@ -2,7 +2,8 @@
 switch found at start-up holding other circuits than the store intends, and one that comes
 back from a power cycle, each dealt with as its ``on_drift`` says (restore, report, adopt;
 ``--no-restore`` makes every switch report), against the emulator's ground truth and the
-events published; one heal at a time per switch. No socket, no daemon: the daemon's own
+events published; one heal at a time per switch; a restore the store refuses is a warning,
+and the next reconnect tries again. No socket, no daemon: the daemon's own
 path is tests/daemon/test_drift_policy.py's."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from labd.events import Event, Subscription
 from tests.labs import switch
 from tests.memory_rig import MemoryBench, MemoryLab, engine_on, memory_lab
 from tests.rigs import next_event
+from tests.store.refusals import refusing
 
 CIRCUITS = [[2, 10], [3, 11]]
 
@@ -180,3 +182,33 @@ async def test_a_reconnect_during_a_heal_is_looked_at_when_it_ends(tmp_path: Pat
         assert await causes(bench) == [("api", "ok"), ("restore", "ok")]
         # The second reconnect was looked at (its note taken) after the first heal.
         assert "ocs1" not in bench.drift.restarted
+
+
+async def power_cycle(memory: MemoryLab, sub: Subscription) -> None:
+    memory.power_off("ocs1")
+    while (await next_event(sub, "instrument.state", 5)).data["state"] != "backoff":
+        pass
+    memory.power_on("ocs1")
+
+
+async def test_a_restore_the_store_refuses_is_a_warning_and_the_next_reconnect_retries(
+        tmp_path: Path) -> None:
+    async with memory_lab(tmp_path, switch(size="8x8")) as memory, \
+            engine_on(memory) as bench:
+        await bench.engine.reconfigure("ocs1", connect=[(2, 10), (3, 11)], verify_light=False)
+        _, sub = bench.hub.subscribe()
+        with refusing(bench.store, "read-only"):
+            await power_cycle(memory, sub)
+            # The engine's own warning (the refused change), then the policy's.
+            while not (await next_event(sub, "warning", 5)).data["detail"].startswith(
+                    "ocs1: the drift found on reconnecting was not dealt with: ocs1: the "
+                    "change is refused"):
+                pass
+        assert bench.engine.intended["ocs1"] == {2: 10, 3: 11}
+        assert await causes(bench) == [("api", "ok")]  # no restore kept
+        await power_cycle(memory, sub)
+        restored = await next_event(sub, "reconfiguration", 5)
+        assert (restored.data["cause"], restored.data["outcome"]) == ("restore", "ok")
+        assert bench.circuits("ocs1") == {2: 10, 3: 11}
+        assert await causes(bench) == [("api", "ok"), ("restore", "ok")]
+        sub.close()

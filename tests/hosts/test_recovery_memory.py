@@ -174,6 +174,20 @@ async def test_a_degraded_job_runs_again_when_its_member_comes_back(tmp_path: Pa
             "running"
 
 
+async def test_a_degraded_job_recovers_onto_a_spare_that_comes_back(tmp_path: Path) -> None:
+    async with degraded(tmp_path) as side:
+        bench, state = side.bench, side.jobs.job("ring4")
+        side.agents.revive("s0")
+        healed = await wait_for(bench.hub, finished(side, "h1.nic0", "spare-back"),
+                                within(5), "the job recovered onto s0")
+        assert healed["outcome"] == "recovered", healed
+        assert healed["plan"]["spare"] == "s0.nic0"
+        assert state.status == "running" and state.spares == ["s1.nic0"]
+        assert state.members == ["h0.nic0", "s0.nic0", "h2.nic0", "h3.nic0"]
+        ring_holds(side, state.members)
+        assert stepping(side)
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "labd/hosts/recovery.py Recovery._finish adds the timeline's member to state.failed "
     "unless the outcome is 'skipped'; a member-back heal names the member that came back "
