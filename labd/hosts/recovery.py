@@ -92,9 +92,9 @@ class Recovery:
         timeline.outcome, timeline.detail = outcome, detail
         if status is not None:
             state.status = status
-        if outcome != "skipped" and timeline.member in state.members:
+        if outcome not in ("skipped", "recovered") and timeline.member in state.members:
             state.failed.add(timeline.member)  # still in the job, and still failed
-        else:
+        else:  # replaced, or (a heal) back and running: its next failure is a new one
             state.failed.discard(timeline.member)
         if status is not None:
             self.store.run_write_nowait(keep(state))

@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from labd import deadlines
 from labd.emulation.drill import wait_for
 from labd.hosts.jobs import JobManager
@@ -188,14 +186,11 @@ async def test_a_degraded_job_recovers_onto_a_spare_that_comes_back(tmp_path: Pa
         assert stepping(side)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "labd/hosts/recovery.py Recovery._finish adds the timeline's member to state.failed "
-    "unless the outcome is 'skipped'; a member-back heal names the member that came back "
-    "and that member is still in the job, so it stays 'failed' after the job runs again, "
-    "and its next failure is dropped as 'a failure already recorded' (no recovery, no "
-    "event, the job left 'running')"))
 async def test_a_member_that_came_back_is_recovered_when_it_fails_again(
         tmp_path: Path) -> None:
+    """A heal (member-back) names the member that came back; once the job runs again
+    that member is no longer known failed, or its next failure would be dropped as one
+    already recorded (no recovery, no event, the job left running)."""
     async with degraded(tmp_path) as side:
         bench, state = side.bench, side.jobs.job("ring4")
         side.agents.revive("h1")
