@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from instruments.errors import InstrumentError, InvalidRequest, NoSuchPort
 from instruments.events import Drift, LinkState
 from instruments.exchange import NOTHING, Exchange
-from instruments.light import LightTimeout, LightWatch
+from instruments.light import LightTimeout
 from instruments.meter import PowerMeter
 from instruments.switch import CheckedPairs, OpticalSwitch, Pair
 from labd.errors import (
@@ -34,26 +34,21 @@ from labd.errors import (
     UnknownSwitch,
 )
 from labd.events import EventHub
+from labd.fabric.light import MAX_LOG_POINTS, Watches, log_resolution
 from labd.fabric.reservations import Reservations
 from labd.lab.file import Lab
 from labd.lab.wiring import (
     CircuitRoute,
     MeteredPath,
-    metered_paths,
     route_circuit,
     trace_circuit,
 )
-from labd.store.models import PowerTrace
 from labd.store.store import ReconfigurationRecord, Store
 
-#: The most points a light-verification log takes per channel.
-MAX_LOG_POINTS = 20_000
+# MAX_LOG_POINTS and log_resolution live with light verification (labd.fabric.light) and
+# are named here too, where the demo and the tests have always found them.
+__all__ = ["MAX_LOG_POINTS", "Engine", "Leadership", "Result", "log_resolution"]
 
-
-def log_resolution(window_s: float, finest_s: float) -> float:
-    """The sample time for a light-verification log over ``window_s``: ``finest_s``, but
-    coarser where the window would take more than a meter's bounded number of points."""
-    return max(finest_s, window_s / MAX_LOG_POINTS)
 
 @dataclass
 class Result:
@@ -99,9 +94,9 @@ class Engine:
         self.meters = dict(meters)
         self.store = store
         self.hub = hub
-        self.light_window_s = light_window_s
-        """Overrides the lab file's light windows (``light_window_ms``) when set."""
-        self.light_resolution_s = light_resolution_s
+        self.watches = Watches(lab, self.switches, self.meters, store, hub,
+                               window_s=light_window_s, resolution_s=light_resolution_s)
+        """Light verification on the paths the lab's meters see."""
         self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
         self.reservations = Reservations()
         self._wholes: dict[str, frozenset[tuple[str, int]]] = {}
@@ -110,8 +105,24 @@ class Engine:
         unless this daemon leads, checked as the request arrives and again just before the
         first byte is sent (a request that waited for its ports may have outlived the
         lease)."""
-        self._paths = {name: [p for p in metered_paths(lab, name) if p.meter in self.meters]
-                       for name in self.switches}
+
+    @property
+    def light_window_s(self) -> float | None:
+        """Overrides the lab file's light windows (``light_window_ms``) when set."""
+        return self.watches.window_override_s
+
+    @light_window_s.setter
+    def light_window_s(self, value: float | None) -> None:
+        self.watches.window_override_s = value
+
+    @property
+    def light_resolution_s(self) -> float:
+        """The finest sample time of a light-verification log."""
+        return self.watches.resolution_s
+
+    @light_resolution_s.setter
+    def light_resolution_s(self, value: float) -> None:
+        self.watches.resolution_s = value
 
     async def load_intended(self) -> None:
         stored = await self.store.intended()
@@ -225,7 +236,7 @@ class Engine:
         # light verification, the meter channels on its paths).
         keys = (self._whole(name, switch.info.ports) if target is not None else
                 frozenset((name, p) for pair in (*make, *brk) for p in pair))
-        watches = self._paths_for(name, make, brk) if verify_light else {}
+        watches = self.watches.paths_for(name, make, brk) if verify_light else {}
         if watches:
             keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
         phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
@@ -241,14 +252,14 @@ class Engine:
                 current, target = dict(switch.expected), dict(self.intended[name])
                 whole = None  # the intended state, which the driver checks as it sends it
             make, brk = self._plan(name, asked, disconnect, target, current)
-            watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
+            watches = {k: v for k, v in (self.watches.paths_for(name, make, brk) if verify_light
                                          else {}).items()
                        if (f"meter:{k[0]}", k[1]) in keys}
             # A store that refused its last write refuses the request before the device
             # is touched (free while the store is well).
             await self.store.check_writable()
             self.check_leading()
-            started = await self._start_watches(name, watches)
+            started = await self.watches.start(name, watches)
             phases["dispatched"] = time.monotonic_ns()
             try:
                 # A change is a replace, or a break then a make; its wire times are the
@@ -281,14 +292,14 @@ class Engine:
             except InvalidRequest as exc:
                 # The driver refused before sending anything (a mesh that would have to
                 # move other circuits): a conflict for the caller, nothing to record.
-                await self._cancel_watches(started)
+                await self.watches.cancel(started)
                 raise PortBusy(exc.message) from None
             except InstrumentError as exc:
                 outcome, error = "failed", str(exc)
                 error += await self._after_failure(name)
             if outcome == "ok" and started:
                 try:
-                    phases["light"] = await self._finish_watches(started)
+                    phases["light"] = await self.watches.finish(started)
                 except LightTimeout as exc:
                     outcome, error = "light-missing", str(exc)
                 except InstrumentError as exc:
@@ -296,7 +307,7 @@ class Engine:
                     self.hub.publish("warning", {"detail": f"light verification on {name} "
                                                            f"failed: {exc}"})
             else:
-                await self._cancel_watches(started)
+                await self.watches.cancel(started)
             phases["done"] = time.monotonic_ns()
             previous = self.intended[name]
             if outcome != "failed":
@@ -326,7 +337,7 @@ class Engine:
                 refusal = f"{name}: the change is refused, {exc}{undone}"
                 self.hub.publish("warning", {"detail": refusal})
                 raise StoreUnavailable(refusal) from None
-        await self._keep_traces(started, row_id)
+        await self.watches.keep_traces(started, row_id)
         result = Result(row_id, name, cause, outcome, error, make, brk, phases)
         self.hub.publish("reconfiguration", result.as_dict())
         return result
@@ -368,22 +379,6 @@ class Engine:
                          "acknowledged": None, "light": None, "done": done})
         self.hub.publish("reconfiguration", result.as_dict())
         return result
-
-    async def _keep_traces(self, watches: list[LightWatch], reconfiguration_id: int) -> None:
-        """The power traces light verification logged, kept with the reconfiguration
-        (only requests on metered paths have any; they already waited for the log)."""
-        rows = [PowerTrace(meter=w.meter.name, channel=channel, start_ns=w.started_ns,
-                           atime_s=w.resolution_s, dbm=trace.astype("<f4").tobytes(),
-                           reconfiguration_id=reconfiguration_id)
-                for w in watches for channel, trace in w.traces.items()]
-        if rows:
-            try:
-                await self.store.write(*rows)
-            except StoreError as exc:
-                # The change itself is recorded; only its light log is lost.
-                self.hub.publish("warning", {"detail": f"the power traces of reconfiguration "
-                                                       f"{reconfiguration_id} were not kept: "
-                                                       f"{exc}"})
 
     async def _undo(self, name: str, switch: OpticalSwitch, make: list[Pair],
                     brk: list[Pair], whole: bool) -> str:
@@ -484,66 +479,10 @@ class Engine:
         return route, list(results)
 
     # -- light -----------------------------------------------------------------------------
-    def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]
-                   ) -> dict[tuple[str, int], tuple[MeteredPath, bool]]:
-        """Metered paths the request lights (True) or darkens (False), by meter channel. A
-        switch whose disconnects leave the light where it was (a mesh) darkens none."""
-        found: dict[tuple[str, int], tuple[MeteredPath, bool]] = {}
-        darkens = self.switches[name].disconnect_darkens
-        for pairs, present in ((make, True), (brk, False)):
-            if not present and not darkens:
-                continue
-            for a, b in pairs:
-                for path in self._paths[name]:
-                    if {path.ingress, path.egress} == {a, b}:
-                        found[(path.meter, path.channel)] = (path, present)
-        return found
-
     def metered(self, switch: str) -> list[MeteredPath]:
         """The paths through ``switch`` whose light a meter sees (light verification)."""
-        return list(self._paths[switch])
+        return self.watches.metered(switch)
 
     def window_s(self, switch: str) -> float:
         """How long light verification waits after a change on ``switch``."""
-        if self.light_window_s is not None:
-            return self.light_window_s
-        return self.lab.light_window_ms(switch) / 1000
-
-    async def _start_watches(self, switch: str,
-                             watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
-                             ) -> list[LightWatch]:
-        # One watch per meter, every channel (light coming or going) armed in one exchange:
-        # watches started one after another would each begin their window before the next
-        # is armed, and a slow meter would see the first windows end before the change.
-        if not watches:  # nothing metered (most requests): no window to work out
-            return []
-        groups: dict[str, dict[int, bool]] = {}
-        for (meter, channel), (_, present) in watches.items():
-            groups.setdefault(meter, {})[channel] = present
-        window = self.window_s(switch)
-        # A long window is logged coarser: a meter holds a bounded number of points.
-        resolution = log_resolution(window, self.light_resolution_s)
-        started = []
-        for meter, wanted in groups.items():
-            channels = sorted(wanted)
-            try:
-                started.append(await LightWatch.start(
-                    self.meters[meter], channels, present=wanted,
-                    threshold_dbm=self.lab.lab.light_threshold_dbm,
-                    window_s=window, resolution_s=resolution))
-            except InstrumentError as exc:
-                where = ", ".join(f"{meter}:{c}" for c in sorted(channels))
-                self.hub.publish("warning", {"detail": f"light verification on {where} "
-                                                       f"unavailable: {exc}"})
-        return started
-
-    async def _finish_watches(self, watches: list[LightWatch]) -> int:
-        try:
-            times = [t for w in watches for t in (await w.result()).values()]
-        finally:  # one that failed leaves the others' pollers running
-            await self._cancel_watches(watches)
-        return max(times)
-
-    async def _cancel_watches(self, watches: list[LightWatch]) -> None:
-        for watch in watches:
-            await watch.cancel()
+        return self.watches.window_s(switch)
