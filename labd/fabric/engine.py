@@ -34,15 +34,11 @@ from labd.errors import (
     UnknownSwitch,
 )
 from labd.events import EventHub
+from labd.fabric import routing
 from labd.fabric.light import MAX_LOG_POINTS, Watches, log_resolution
 from labd.fabric.reservations import Reservations
 from labd.lab.file import Lab
-from labd.lab.wiring import (
-    CircuitRoute,
-    MeteredPath,
-    route_circuit,
-    trace_circuit,
-)
+from labd.lab.wiring import CircuitRoute, MeteredPath
 from labd.store.store import ReconfigurationRecord, Store
 
 # MAX_LOG_POINTS and log_resolution live with light verification (labd.fabric.light) and
@@ -424,22 +420,10 @@ class Engine:
 
     # -- circuits and jobs -----------------------------------------------------------------
     def busy_ports(self) -> set[tuple[str, int]]:
-        return {(name, p) for name, pairs in self.intended.items()
-                for pair in pairs.items() for p in pair}
+        return routing.busy_ports(self.intended)
 
     def route(self, src: str, dst: str, busy: set[tuple[str, int]]) -> CircuitRoute:
-        sizes = {name: (sw.info.ingress, sw.info.egress) for name, sw in self.switches.items()
-                 if sw.info is not None}
-        route = route_circuit(self.lab, src, dst, sizes, busy)
-        if route is not None:
-            return route
-        blocked = route_circuit(self.lab, src, dst, sizes)
-        if blocked is not None:
-            taken = sorted(f"{h.switch}:{p}" for h in blocked.hops for p in (h.ingress, h.egress)
-                           if (h.switch, p) in busy)
-            raise PortBusy(f"every path from {src!r} to {dst!r} crosses ports already in "
-                           f"circuits (e.g. {', '.join(taken) or 'taken by this request'})")
-        raise UnknownPort(f"no path from {src!r} to {dst!r} in the lab's cabling")
+        return routing.route(self.lab, self.switches, src, dst, busy)
 
     async def connect_endpoints(self, links: list[tuple[str, str]], *, cause: str = "api",
                                 verify_light: bool = True
@@ -447,16 +431,7 @@ class Engine:
         """Route every (sender, receiver) link over free ports (each may cross several
         switches), then make all the hops, one batch per switch, switches in parallel.
         Nothing is sent unless every link routes."""
-        busy = self.busy_ports()
-        routes = []
-        for src, dst in links:
-            route = self.route(src, dst, busy)
-            busy |= {(h.switch, p) for h in route.hops for p in (h.ingress, h.egress)}
-            routes.append(route)
-        per_switch: dict[str, list[Pair]] = {}
-        for route in routes:
-            for hop in route.hops:
-                per_switch.setdefault(hop.switch, []).append((hop.ingress, hop.egress))
+        routes, per_switch = routing.hops_to_make(self.lab, self.switches, self.intended, links)
         results = await asyncio.gather(*(
             self.reconfigure(name, connect=pairs, cause=cause, verify_light=verify_light)
             for name, pairs in per_switch.items()))
@@ -467,12 +442,7 @@ class Engine:
                                    ) -> tuple[CircuitRoute, list[Result]]:
         """Take down the circuit from ``src`` to ``dst``: every hop it uses, switches in
         parallel."""
-        route = trace_circuit(self.lab, src, dst, self.intended)
-        if route is None or not route.hops:
-            raise UnknownPort(f"no circuit from {src!r} to {dst!r}")
-        per_switch: dict[str, list[int]] = {}
-        for hop in route.hops:
-            per_switch.setdefault(hop.switch, []).append(hop.ingress)
+        route, per_switch = routing.hops_to_break(self.lab, self.intended, src, dst)
         results = await asyncio.gather(*(
             self.reconfigure(name, disconnect=ports, cause=cause, verify_light=verify_light)
             for name, ports in per_switch.items()))
