@@ -17,43 +17,33 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from instruments.errors import InstrumentError, InvalidRequest, NoSuchPort
-from instruments.events import Drift, LinkState
-from instruments.exchange import NOTHING, Exchange
+from instruments.errors import InstrumentError, InvalidRequest
+from instruments.events import LinkState
 from instruments.light import LightTimeout, LightWatch
 from instruments.meter import PowerMeter
 from instruments.switch import CheckedPairs, OpticalSwitch, Pair
 from labd.errors import (
     NotLeader,
     PortBusy,
-    RequestError,
     StoreError,
     StoreUnavailable,
     Unavailable,
-    UnknownPort,
     UnknownSwitch,
 )
 from labd.events import EventHub
+from labd.fabric import routing
+from labd.fabric.dispatch import read_back, send, timed, undo
+from labd.fabric.light import MAX_LOG_POINTS, Watches, log_resolution
+from labd.fabric.planning import Change, checked, replacing, smallest
 from labd.fabric.reservations import Reservations
 from labd.lab.file import Lab
-from labd.lab.wiring import (
-    CircuitRoute,
-    MeteredPath,
-    metered_paths,
-    route_circuit,
-    trace_circuit,
-)
-from labd.store.models import PowerTrace
+from labd.lab.wiring import CircuitRoute, MeteredPath
 from labd.store.store import ReconfigurationRecord, Store
 
-#: The most points a light-verification log takes per channel.
-MAX_LOG_POINTS = 20_000
+# MAX_LOG_POINTS and log_resolution live with light verification (labd.fabric.light) and
+# are named here too, where the demo and the tests have always found them.
+__all__ = ["MAX_LOG_POINTS", "Engine", "Leadership", "Result", "log_resolution"]
 
-
-def log_resolution(window_s: float, finest_s: float) -> float:
-    """The sample time for a light-verification log over ``window_s``: ``finest_s``, but
-    coarser where the window would take more than a meter's bounded number of points."""
-    return max(finest_s, window_s / MAX_LOG_POINTS)
 
 @dataclass
 class Result:
@@ -71,13 +61,6 @@ class Result:
                 "outcome": self.outcome, "error": self.error,
                 "connected": [list(p) for p in self.connected],
                 "disconnected": [list(p) for p in self.disconnected], "phases": self.phases}
-
-
-def _replacing(intended: Mapping[int, int], target: Mapping[int, int]
-               ) -> tuple[list[Pair], list[Pair]]:
-    """(pairs to make, pairs to break) to go from ``intended`` to ``target``, both canonical."""
-    return (sorted((a, b) for a, b in target.items() if intended.get(a) != b),
-            sorted((a, b) for a, b in intended.items() if target.get(a) != b))
 
 
 class Leadership(Protocol):
@@ -99,9 +82,9 @@ class Engine:
         self.meters = dict(meters)
         self.store = store
         self.hub = hub
-        self.light_window_s = light_window_s
-        """Overrides the lab file's light windows (``light_window_ms``) when set."""
-        self.light_resolution_s = light_resolution_s
+        self.watches = Watches(lab, self.switches, self.meters, store, hub,
+                               window_s=light_window_s, resolution_s=light_resolution_s)
+        """Light verification on the paths the lab's meters see."""
         self.intended: dict[str, dict[int, int]] = {name: {} for name in self.switches}
         self.reservations = Reservations()
         self._wholes: dict[str, frozenset[tuple[str, int]]] = {}
@@ -110,8 +93,24 @@ class Engine:
         unless this daemon leads, checked as the request arrives and again just before the
         first byte is sent (a request that waited for its ports may have outlived the
         lease)."""
-        self._paths = {name: [p for p in metered_paths(lab, name) if p.meter in self.meters]
-                       for name in self.switches}
+
+    @property
+    def light_window_s(self) -> float | None:
+        """Overrides the lab file's light windows (``light_window_ms``) when set."""
+        return self.watches.window_override_s
+
+    @light_window_s.setter
+    def light_window_s(self, value: float | None) -> None:
+        self.watches.window_override_s = value
+
+    @property
+    def light_resolution_s(self) -> float:
+        """The finest sample time of a light-verification log."""
+        return self.watches.resolution_s
+
+    @light_resolution_s.setter
+    def light_resolution_s(self, value: float) -> None:
+        self.watches.resolution_s = value
 
     async def load_intended(self) -> None:
         stored = await self.store.intended()
@@ -138,29 +137,12 @@ class Engine:
                               f"{switch.connection.last_error or 'none'}")
         return switch
 
-    def _pairs(self, switch: OpticalSwitch,
-               pairs: Iterable[Pair] | Mapping[int, int] | CheckedPairs) -> CheckedPairs:
-        """The request's pairs as the switch checks them (the one place they are checked;
-        checked pairs pass through): its refusals in the API's terms."""
-        try:
-            return switch.check_pairs(pairs)
-        except NoSuchPort as exc:
-            raise UnknownPort(exc.message) from None
-        except InvalidRequest as exc:
-            raise RequestError(exc.message) from None
-
     def _whole(self, name: str, ports: int) -> frozenset[tuple[str, int]]:
         """The reservation keys of every port of a switch, made once per switch and size."""
         keys = self._wholes.get(name)
         if keys is None or len(keys) != ports:
             keys = self._wholes[name] = frozenset((name, p) for p in range(1, ports + 1))
         return keys
-
-    def _port(self, switch: OpticalSwitch, port: int) -> int:
-        try:
-            return switch.check_port(port)
-        except InvalidRequest as exc:
-            raise UnknownPort(exc.message) from None
 
     def plan(self, name: str, *, connect: Iterable[Pair] | CheckedPairs = (),
              disconnect: Iterable[int] = (),
@@ -172,27 +154,15 @@ class Engine:
         switch = self.switch(name)
         intended = self.intended[name] if current is None else current
         if replace is not None:
-            return _replacing(intended, dict(self._pairs(switch, replace).pairs))
-        partner = {**intended, **{b: a for a, b in intended.items()}}
-        make = []
-        for a, b in self._pairs(switch, connect).pairs:
-            if intended.get(a) == b:
-                continue  # already there: nothing to do
-            for port in (a, b):
-                if port in partner:
-                    raise PortBusy(f"{name} port {port} is already in circuit "
-                                   f"{min(port, partner[port])}-{max(port, partner[port])}")
-            make.append((a, b))
-        brk = sorted({(min(p, partner[p]), max(p, partner[p]))
-                      for p in (self._port(switch, q) for q in disconnect) if p in partner})
-        return make, brk
+            return replacing(intended, dict(checked(switch, replace).pairs))
+        return smallest(name, switch, intended, checked(switch, connect), disconnect)
 
     def _plan(self, name: str, connect: CheckedPairs | None, disconnect: Iterable[int],
               target: dict[int, int] | None, current: Mapping[int, int] | None,
               ) -> tuple[list[Pair], list[Pair]]:
         """:meth:`plan`, with the pairs (or a whole-map ``target``) already checked."""
         if target is not None:
-            return _replacing(self.intended[name] if current is None else current, target)
+            return replacing(self.intended[name] if current is None else current, target)
         return self.plan(name, connect=connect or (), disconnect=disconnect)
 
     async def reconfigure(self, name: str, *, connect: Iterable[Pair] = (),
@@ -210,6 +180,30 @@ class Engine:
         whole map, as pairs (a port in two of them is refused, as in ``connect``) or as a
         mapping."""
         requested = time.monotonic_ns()
+        change = self._request(name, connect, disconnect, replace, from_device, verify_light)
+        phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
+                                         "activated": None, "acknowledged": None,
+                                         "light": None, "done": None}
+        async with self.reservations.hold(change.keys):
+            self._replan(change)
+            # A store that refused its last write refuses the request before the device
+            # is touched (free while the store is well).
+            await self.store.check_writable()
+            self.check_leading()
+            started = await self.watches.start(name, change.watched)
+            outcome, error = await self._carry_out(change, started, phases, on_acknowledged)
+            phases["done"] = time.monotonic_ns()
+            row_id = await self._record(change, cause, requested, outcome, error, phases)
+        await self.watches.keep_traces(started, row_id)
+        result = Result(row_id, name, cause, outcome, error, change.make, change.brk, phases)
+        self.hub.publish("reconfiguration", result.as_dict())
+        return result
+
+    def _request(self, name: str, connect: Iterable[Pair], disconnect: Iterable[int],
+                 replace: Iterable[Pair] | Mapping[int, int] | None, from_device: bool,
+                 verify_light: bool) -> Change:
+        """The request checked and planned, before it waits for its ports: anything wrong
+        with it is refused here, with nothing touched."""
         self.check_leading()
         switch = self.online(name)
         assert switch.info is not None
@@ -217,119 +211,110 @@ class Engine:
         # Checked and put in canonical order once: the plans below, the driver's command and
         # the intended state that follows all read the same pairs, and the driver takes
         # them back without checking them again.
-        whole = None if replace is None else self._pairs(switch, replace)
-        asked = None if whole is not None else self._pairs(switch, connect)
+        whole = None if replace is None else checked(switch, replace)
+        asked = None if whole is not None else checked(switch, connect)
         target = None if whole is None else dict(whole.pairs)
         make, brk = self._plan(name, asked, disconnect, target, current)
         # A whole-map replacement holds the whole switch; anything else, its ports (and, for
         # light verification, the meter channels on its paths).
         keys = (self._whole(name, switch.info.ports) if target is not None else
                 frozenset((name, p) for pair in (*make, *brk) for p in pair))
-        watches = self._paths_for(name, make, brk) if verify_light else {}
-        if watches:
-            keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watches.values()}
-        phases: dict[str, int | None] = {"requested": requested, "dispatched": None,
-                                         "activated": None, "acknowledged": None,
-                                         "light": None, "done": None}
+        watched = self.watches.paths_for(name, make, brk) if verify_light else {}
+        if watched:
+            keys |= {(f"meter:{path.meter}", path.channel) for path, _ in watched.values()}
+        return Change(name, switch, asked, disconnect, whole, target, current, verify_light,
+                      make, brk, keys, watched)
+
+    def _replan(self, change: Change) -> None:
+        """Plan again under the reservation: a request ahead of this one may have moved
+        things (a pair someone else made on its ports is now a 409, not a surprise)."""
+        name = change.name
+        if change.current is not None:
+            # What the switch holds and what is intended, as they are now that the
+            # switch is ours: a request that went ahead of the restore stands.
+            change.current = dict(change.switch.expected)
+            change.target = dict(self.intended[name])
+            change.whole = None  # the intended state, which the driver checks as it sends it
+        change.make, change.brk = self._plan(name, change.asked, change.disconnect,
+                                             change.target, change.current)
+        watched = (self.watches.paths_for(name, change.make, change.brk)
+                   if change.verify_light else {})
+        change.watched = {k: v for k, v in watched.items()
+                          if (f"meter:{k[0]}", k[1]) in change.keys}
+
+    async def _carry_out(self, change: Change, started: list[LightWatch],
+                         phases: dict[str, int | None],
+                         on_acknowledged: Callable[[str, int], None] | None,
+                         ) -> tuple[str, str | None]:
+        """Send the change, then wait for its light: (outcome, error)."""
         outcome, error = "ok", None
-        async with self.reservations.hold(keys):
-            # Plan again under the reservation: a request ahead of us may have moved things
-            # (a pair someone else made on our ports is now a 409, not a surprise).
-            if current is not None:
-                # What the switch holds and what is intended, as they are now that the
-                # switch is ours: a request that went ahead of the restore stands.
-                current, target = dict(switch.expected), dict(self.intended[name])
-                whole = None  # the intended state, which the driver checks as it sends it
-            make, brk = self._plan(name, asked, disconnect, target, current)
-            watches = {k: v for k, v in (self._paths_for(name, make, brk) if verify_light
-                                         else {}).items()
-                       if (f"meter:{k[0]}", k[1]) in keys}
-            # A store that refused its last write refuses the request before the device
-            # is touched (free while the store is well).
-            await self.store.check_writable()
-            self.check_leading()
-            started = await self._start_watches(name, watches)
-            phases["dispatched"] = time.monotonic_ns()
+        try:
+            await self._dispatch(change, phases, on_acknowledged)
+        except InvalidRequest as exc:
+            # The driver refused before sending anything (a mesh that would have to
+            # move other circuits): a conflict for the caller, nothing to record.
+            await self.watches.cancel(started)
+            raise PortBusy(exc.message) from None
+        except InstrumentError as exc:
+            outcome, error = "failed", str(exc)
+            error += await self._after_failure(change.name)
+        if outcome == "ok" and started:
             try:
-                # A change is a replace, or a break then a make; its wire times are the
-                # first operation's first command out and first that moved the light, and
-                # the reply to the last operation's last that moved it.
-                wire: Exchange = NOTHING
-                if target is not None:
-                    wire = await switch.replace(whole if whole is not None else target)
-                else:
-                    if brk:
-                        wire = await switch.disconnect([a for a, _ in brk])
-                    if make:
-                        assert asked is not None
-                        made = await switch.connect(asked.only(make))
-                        wire = wire.then(made) if brk else made
-                dispatched = phases["dispatched"] or 0
-                acked, activated = time.monotonic_ns(), dispatched
-                sent, moved, answered = wire.sent_ns, wire.activated_ns, wire.acknowledged_ns
-                # The device's own time: from the command leaving to the reply to the one
-                # that moved the light arriving, not counting the event loop's turns around
-                # them (nor a two-phase switch's tidying up after it).
-                if (sent is not None and moved is not None and answered is not None
-                        and switch.done_on_reply):
-                    dispatched = max(dispatched, sent)
-                    activated, acked = max(dispatched, moved), answered
-                phases["dispatched"], phases["activated"] = dispatched, activated
-                phases["acknowledged"] = acked
-                if on_acknowledged is not None:
-                    on_acknowledged(name, acked)
-            except InvalidRequest as exc:
-                # The driver refused before sending anything (a mesh that would have to
-                # move other circuits): a conflict for the caller, nothing to record.
-                await self._cancel_watches(started)
-                raise PortBusy(exc.message) from None
+                phases["light"] = await self.watches.finish(started)
+            except LightTimeout as exc:
+                outcome, error = "light-missing", str(exc)
             except InstrumentError as exc:
-                outcome, error = "failed", str(exc)
-                error += await self._after_failure(name)
-            if outcome == "ok" and started:
-                try:
-                    phases["light"] = await self._finish_watches(started)
-                except LightTimeout as exc:
-                    outcome, error = "light-missing", str(exc)
-                except InstrumentError as exc:
-                    # The meter failed, not the light: the change stands, unverified.
-                    self.hub.publish("warning", {"detail": f"light verification on {name} "
-                                                           f"failed: {exc}"})
+                # The meter failed, not the light: the change stands, unverified.
+                self.hub.publish("warning", {"detail": f"light verification on "
+                                                       f"{change.name} failed: {exc}"})
+        else:
+            await self.watches.cancel(started)
+        return outcome, error
+
+    async def _dispatch(self, change: Change, phases: dict[str, int | None],
+                        on_acknowledged: Callable[[str, int], None] | None) -> None:
+        """Send the change to the switch; ``phases`` gains when it was dispatched,
+        activated and acknowledged."""
+        dispatched = phases["dispatched"] = time.monotonic_ns()
+        wire = await send(change)
+        dispatched, activated, acked = timed(wire, dispatched, time.monotonic_ns(),
+                                             change.switch.done_on_reply)
+        phases["dispatched"], phases["activated"] = dispatched, activated
+        phases["acknowledged"] = acked
+        if on_acknowledged is not None:
+            on_acknowledged(change.name, acked)
+
+    async def _record(self, change: Change, cause: str, requested: int, outcome: str,
+                      error: str | None, phases: dict[str, int | None]) -> int:
+        """The change taken as intended (unless it failed) and recorded: the record's id.
+        Unrecorded is unacknowledged: a record the store refuses refuses the request, and
+        the change is undone on the device so that it holds what the record says."""
+        name = change.name
+        previous = self.intended[name]
+        if outcome != "failed":
+            if change.target is not None:
+                updated = dict(change.target)
             else:
-                await self._cancel_watches(started)
-            phases["done"] = time.monotonic_ns()
-            previous = self.intended[name]
-            if outcome != "failed":
-                if target is not None:
-                    updated = dict(target)
-                else:
-                    updated = dict(self.intended[name])
-                    for a, _ in brk:
-                        updated.pop(a, None)
-                    updated.update(make)
-                self.intended[name] = updated
-            try:
-                row_id = await self.store.record(ReconfigurationRecord(
-                    switch=name, cause=cause, outcome=outcome, error=error, connected=make,
-                    disconnected=brk, requested_ns=requested,
-                    dispatched_ns=phases["dispatched"], activated_ns=phases["activated"],
-                    acked_ns=phases["acknowledged"], light_ns=phases["light"],
-                    done_ns=phases["done"] or time.monotonic_ns(),
-                    intended=dict(self.intended[name]) if target is not None else None,
-                    update_intended=outcome != "failed"))
-            except StoreError as exc:
-                # Unrecorded is unacknowledged: the change is refused, and undone on the
-                # device so that it holds what the record says.
-                self.intended[name] = previous
-                undone = (await self._undo(name, switch, make, brk, target is not None)
-                          if outcome != "failed" else "")
-                refusal = f"{name}: the change is refused, {exc}{undone}"
-                self.hub.publish("warning", {"detail": refusal})
-                raise StoreUnavailable(refusal) from None
-        await self._keep_traces(started, row_id)
-        result = Result(row_id, name, cause, outcome, error, make, brk, phases)
-        self.hub.publish("reconfiguration", result.as_dict())
-        return result
+                updated = dict(self.intended[name])
+                for a, _ in change.brk:
+                    updated.pop(a, None)
+                updated.update(change.make)
+            self.intended[name] = updated
+        try:
+            return await self.store.record(ReconfigurationRecord(
+                switch=name, cause=cause, outcome=outcome, error=error, connected=change.make,
+                disconnected=change.brk, requested_ns=requested,
+                dispatched_ns=phases["dispatched"], activated_ns=phases["activated"],
+                acked_ns=phases["acknowledged"], light_ns=phases["light"],
+                done_ns=phases["done"] or time.monotonic_ns(),
+                intended=dict(self.intended[name]) if change.target is not None else None,
+                update_intended=outcome != "failed"))
+        except StoreError as exc:
+            self.intended[name] = previous
+            undone = await self._undo(change) if outcome != "failed" else ""
+            refusal = f"{name}: the change is refused, {exc}{undone}"
+            self.hub.publish("warning", {"detail": refusal})
+            raise StoreUnavailable(refusal) from None
 
     async def restore(self, name: str) -> Result:
         """Put the intended circuits back on a switch that lost or gained some (a restart,
@@ -369,57 +354,24 @@ class Engine:
         self.hub.publish("reconfiguration", result.as_dict())
         return result
 
-    async def _keep_traces(self, watches: list[LightWatch], reconfiguration_id: int) -> None:
-        """The power traces light verification logged, kept with the reconfiguration
-        (only requests on metered paths have any; they already waited for the log)."""
-        rows = [PowerTrace(meter=w.meter.name, channel=channel, start_ns=w.started_ns,
-                           atime_s=w.resolution_s, dbm=trace.astype("<f4").tobytes(),
-                           reconfiguration_id=reconfiguration_id)
-                for w in watches for channel, trace in w.traces.items()]
-        if rows:
-            try:
-                await self.store.write(*rows)
-            except StoreError as exc:
-                # The change itself is recorded; only its light log is lost.
-                self.hub.publish("warning", {"detail": f"the power traces of reconfiguration "
-                                                       f"{reconfiguration_id} were not kept: "
-                                                       f"{exc}"})
-
-    async def _undo(self, name: str, switch: OpticalSwitch, make: list[Pair],
-                    brk: list[Pair], whole: bool) -> str:
+    async def _undo(self, change: Change) -> str:
         """Put a switch back to its intended state after a change the store refused; says
         what became of the device."""
         if self.leadership is not None and not self.leadership.holds():
             # The refusal was the lease's: the switch is the new leader's to set right now.
             return "; the switch is left to the daemon that leads now"
         try:
-            if whole:
-                await switch.replace(self.intended[name])
-            else:
-                if make:
-                    await switch.disconnect([a for a, _ in make])
-                if brk:
-                    await switch.connect(brk)
+            await undo(change.switch, self.intended[change.name], change.make, change.brk,
+                       change.target is not None)
         except InstrumentError as exc:
             return (f"; the switch could not be put back ({exc})"
-                    + await self._after_failure(name))
+                    + await self._after_failure(change.name))
         return "; the switch was put back as it was"
 
     async def _after_failure(self, name: str) -> str:
         """After a failed command, ask the switch what it now holds: a half-applied change
         is reported (event and error text), never silently kept as intended."""
-        try:
-            observed = await self.switches[name].cross_connects()
-        except InstrumentError:
-            return " (the switch could not be read back; it will be compared on reconnect)"
-        drift = Drift.between(self.intended[name], observed)
-        if not drift:
-            return " (the switch is unchanged)"
-        self.hub.publish("drift", {"switch": name,
-                                   "missing": [[a, b] for a, b in drift.missing.items()],
-                                   "unexpected": [[a, b] for a, b in drift.unexpected.items()]})
-        return (f" (the switch now differs from the intended state: missing "
-                f"{sorted(drift.missing.items())}, unexpected {sorted(drift.unexpected.items())})")
+        return await read_back(name, self.switches[name], self.intended, self.hub)
 
     async def reconfigure_many(self, requests: Mapping[str, Mapping[int, int]], *,
                                cause: str = "api") -> list[Result]:
@@ -429,22 +381,10 @@ class Engine:
 
     # -- circuits and jobs -----------------------------------------------------------------
     def busy_ports(self) -> set[tuple[str, int]]:
-        return {(name, p) for name, pairs in self.intended.items()
-                for pair in pairs.items() for p in pair}
+        return routing.busy_ports(self.intended)
 
     def route(self, src: str, dst: str, busy: set[tuple[str, int]]) -> CircuitRoute:
-        sizes = {name: (sw.info.ingress, sw.info.egress) for name, sw in self.switches.items()
-                 if sw.info is not None}
-        route = route_circuit(self.lab, src, dst, sizes, busy)
-        if route is not None:
-            return route
-        blocked = route_circuit(self.lab, src, dst, sizes)
-        if blocked is not None:
-            taken = sorted(f"{h.switch}:{p}" for h in blocked.hops for p in (h.ingress, h.egress)
-                           if (h.switch, p) in busy)
-            raise PortBusy(f"every path from {src!r} to {dst!r} crosses ports already in "
-                           f"circuits (e.g. {', '.join(taken) or 'taken by this request'})")
-        raise UnknownPort(f"no path from {src!r} to {dst!r} in the lab's cabling")
+        return routing.route(self.lab, self.switches, src, dst, busy)
 
     async def connect_endpoints(self, links: list[tuple[str, str]], *, cause: str = "api",
                                 verify_light: bool = True
@@ -452,16 +392,7 @@ class Engine:
         """Route every (sender, receiver) link over free ports (each may cross several
         switches), then make all the hops, one batch per switch, switches in parallel.
         Nothing is sent unless every link routes."""
-        busy = self.busy_ports()
-        routes = []
-        for src, dst in links:
-            route = self.route(src, dst, busy)
-            busy |= {(h.switch, p) for h in route.hops for p in (h.ingress, h.egress)}
-            routes.append(route)
-        per_switch: dict[str, list[Pair]] = {}
-        for route in routes:
-            for hop in route.hops:
-                per_switch.setdefault(hop.switch, []).append((hop.ingress, hop.egress))
+        routes, per_switch = routing.hops_to_make(self.lab, self.switches, self.intended, links)
         results = await asyncio.gather(*(
             self.reconfigure(name, connect=pairs, cause=cause, verify_light=verify_light)
             for name, pairs in per_switch.items()))
@@ -472,78 +403,17 @@ class Engine:
                                    ) -> tuple[CircuitRoute, list[Result]]:
         """Take down the circuit from ``src`` to ``dst``: every hop it uses, switches in
         parallel."""
-        route = trace_circuit(self.lab, src, dst, self.intended)
-        if route is None or not route.hops:
-            raise UnknownPort(f"no circuit from {src!r} to {dst!r}")
-        per_switch: dict[str, list[int]] = {}
-        for hop in route.hops:
-            per_switch.setdefault(hop.switch, []).append(hop.ingress)
+        route, per_switch = routing.hops_to_break(self.lab, self.intended, src, dst)
         results = await asyncio.gather(*(
             self.reconfigure(name, disconnect=ports, cause=cause, verify_light=verify_light)
             for name, ports in per_switch.items()))
         return route, list(results)
 
     # -- light -----------------------------------------------------------------------------
-    def _paths_for(self, name: str, make: list[Pair], brk: list[Pair]
-                   ) -> dict[tuple[str, int], tuple[MeteredPath, bool]]:
-        """Metered paths the request lights (True) or darkens (False), by meter channel. A
-        switch whose disconnects leave the light where it was (a mesh) darkens none."""
-        found: dict[tuple[str, int], tuple[MeteredPath, bool]] = {}
-        darkens = self.switches[name].disconnect_darkens
-        for pairs, present in ((make, True), (brk, False)):
-            if not present and not darkens:
-                continue
-            for a, b in pairs:
-                for path in self._paths[name]:
-                    if {path.ingress, path.egress} == {a, b}:
-                        found[(path.meter, path.channel)] = (path, present)
-        return found
-
     def metered(self, switch: str) -> list[MeteredPath]:
         """The paths through ``switch`` whose light a meter sees (light verification)."""
-        return list(self._paths[switch])
+        return self.watches.metered(switch)
 
     def window_s(self, switch: str) -> float:
         """How long light verification waits after a change on ``switch``."""
-        if self.light_window_s is not None:
-            return self.light_window_s
-        return self.lab.light_window_ms(switch) / 1000
-
-    async def _start_watches(self, switch: str,
-                             watches: dict[tuple[str, int], tuple[MeteredPath, bool]]
-                             ) -> list[LightWatch]:
-        # One watch per meter, every channel (light coming or going) armed in one exchange:
-        # watches started one after another would each begin their window before the next
-        # is armed, and a slow meter would see the first windows end before the change.
-        if not watches:  # nothing metered (most requests): no window to work out
-            return []
-        groups: dict[str, dict[int, bool]] = {}
-        for (meter, channel), (_, present) in watches.items():
-            groups.setdefault(meter, {})[channel] = present
-        window = self.window_s(switch)
-        # A long window is logged coarser: a meter holds a bounded number of points.
-        resolution = log_resolution(window, self.light_resolution_s)
-        started = []
-        for meter, wanted in groups.items():
-            channels = sorted(wanted)
-            try:
-                started.append(await LightWatch.start(
-                    self.meters[meter], channels, present=wanted,
-                    threshold_dbm=self.lab.lab.light_threshold_dbm,
-                    window_s=window, resolution_s=resolution))
-            except InstrumentError as exc:
-                where = ", ".join(f"{meter}:{c}" for c in sorted(channels))
-                self.hub.publish("warning", {"detail": f"light verification on {where} "
-                                                       f"unavailable: {exc}"})
-        return started
-
-    async def _finish_watches(self, watches: list[LightWatch]) -> int:
-        try:
-            times = [t for w in watches for t in (await w.result()).values()]
-        finally:  # one that failed leaves the others' pollers running
-            await self._cancel_watches(watches)
-        return max(times)
-
-    async def _cancel_watches(self, watches: list[LightWatch]) -> None:
-        for watch in watches:
-            await watch.cancel()
+        return self.watches.window_s(switch)
