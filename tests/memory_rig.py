@@ -26,7 +26,6 @@ from typing import Any
 
 from emulators.lab import EmulatedLab, switch_of
 from emulators.physics.crossconnect import SwitchModel
-from instruments.events import InstrumentEvent, LinkState
 from instruments.instrument import Instrument as Driver
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
@@ -35,7 +34,7 @@ from instruments.transports.memory import serve as serve_memory
 from labd.agent.nics import NIC_POLL_S, EmulatedNics
 from labd.emulation.emulators import EMULATION, NicLight, emulated_lab
 from labd.events import Event, EventHub
-from labd.fabric.drift import DriftPolicy, StartupReport, drift_data, open_instruments
+from labd.fabric.drift import DriftPolicy, StartupReport, open_instruments
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
 from labd.hosts.jobs import JobManager
@@ -162,23 +161,10 @@ class MemoryBench:
 
 
 def wire_events(drivers: dict[str, Driver], hub: EventHub, drift: DriftPolicy) -> None:
-    """The instruments' events as the daemon takes them (labd.daemon.core): published as
-    ``instrument.<kind>``, a reconnect that looks like a restart noted for the drift event,
-    and a switch back online handed to the drift policy."""
-    def heard(event: InstrumentEvent) -> None:
-        data: dict[str, Any] = {"instrument": event.instrument, "kind": event.kind,
-                                "state": event.state.value if event.state else None,
-                                "detail": event.detail}
-        if event.drift is not None:
-            data["drift"] = drift_data(event.drift)
-        if event.data.get("restarted"):
-            data["restarted"] = drift.restarted[event.instrument] = event.data["restarted"]
-        hub.publish(f"instrument.{event.kind}", data)
-        if event.kind == "state" and event.state is LinkState.ONLINE:
-            drift.came_online(event.instrument)
-
+    """The instruments' events as the daemon takes them (labd.daemon.core): through the
+    drift policy, which publishes them and deals with a switch back online."""
     for driver in drivers.values():
-        driver.add_listener(heard)
+        driver.add_listener(drift.heard)
 
 
 @contextlib.asynccontextmanager

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Coroutine, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from instruments.events import InstrumentEvent, LinkState
+from instruments.events import InstrumentEvent
 from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
@@ -31,7 +31,7 @@ from labd.daemon.server import Server, listen
 from labd.daemon.services import Drills, Services
 from labd.errors import BusError, LeaseError
 from labd.events import EventHub
-from labd.fabric.drift import DriftPolicy, StartupReport, drift_data, open_instruments
+from labd.fabric.drift import DriftPolicy, StartupReport, open_instruments
 from labd.fabric.drivers import make_driver
 from labd.fabric.engine import Engine
 from labd.ha.leadership import Leadership, Takeover
@@ -206,18 +206,10 @@ class Daemon:
                              for k, v in self.engine.intended.items()}}
 
     def _on_instrument_event(self, event: InstrumentEvent) -> None:
-        data: dict[str, Any] = {"instrument": event.instrument, "kind": event.kind,
-                                "state": event.state.value if event.state else None,
-                                "detail": event.detail}
-        if event.drift is not None:
-            data["drift"] = drift_data(event.drift)
-        if event.data.get("restarted"):
-            data["restarted"] = self.drift.restarted[event.instrument] = event.data["restarted"]
-        self.hub.publish(f"instrument.{event.kind}", data)
-        self.store.write_nowait(connection_row(event.instrument, event.kind,
-                                               data["state"], event.detail, event.at_ns))
-        if event.kind == "state" and event.state is LinkState.ONLINE:
-            self.drift.came_online(event.instrument)
+        self.drift.heard(event)
+        state = event.state.value if event.state else None
+        self.store.write_nowait(connection_row(event.instrument, event.kind, state,
+                                               event.detail, event.at_ns))
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> Daemon:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from instruments.events import Drift, LinkState
+from instruments.events import Drift, InstrumentEvent, LinkState
 from instruments.instrument import Instrument
 from labd.errors import LabdError
 from labd.events import EventHub
@@ -101,6 +101,21 @@ class DriftPolicy:
         """What is done when ``switch`` holds other circuits than intended: the lab file's
         ``on_drift``, or ``report`` for every switch under ``--no-restore``."""
         return self.policies.get(switch, "restore") if self.restore else "report"
+
+    def heard(self, event: InstrumentEvent) -> None:
+        """An instrument's event as the daemon publishes it (``instrument.<kind>``),
+        published: a reconnect that looks like a restart is noted for the drift event to
+        come, and a switch back online is dealt with (:meth:`came_online`)."""
+        data: dict[str, Any] = {"instrument": event.instrument, "kind": event.kind,
+                                "state": event.state.value if event.state else None,
+                                "detail": event.detail}
+        if event.drift is not None:
+            data["drift"] = drift_data(event.drift)
+        if event.data.get("restarted"):
+            data["restarted"] = self.restarted[event.instrument] = event.data["restarted"]
+        self.hub.publish(f"instrument.{event.kind}", data)
+        if event.kind == "state" and event.state is LinkState.ONLINE:
+            self.came_online(event.instrument)
 
     def came_online(self, switch: str) -> None:
         """A switch is online again: dealt with once start-up has reconciled (before, the
