@@ -58,6 +58,52 @@ Stamp = Annotated[int | None, BeforeValidator(_stamp)]
 """An agent's CLOCK_MONOTONIC ns; anything else is taken as not given."""
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _reasons(value: Any) -> list[str]:
+    return [str(r) for r in value][:64] if isinstance(value, list) else []
+
+
+def _health(value: Any) -> str | None:
+    return value if value in HEALTH else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> int | None:
+    if type(value) is int:
+        return value
+    return int(value) if type(value) is float and value.is_integer() else None
+
+
+def _gpus(value: Any) -> Any:
+    # Only a GPU's index and health can refuse a heartbeat (a heartbeat refused is a host
+    # not heard, and in time a host declared lost): its other fields, as some agent may
+    # write them, are kept where they can be and dropped where they cannot.
+    if not isinstance(value, list):
+        return value
+    kept = []
+    for gpu in value:
+        if isinstance(gpu, dict):
+            gpu = dict(gpu)
+            if "reasons" in gpu:
+                gpu["reasons"] = _reasons(gpu["reasons"])
+            if "uuid" in gpu and gpu["uuid"] is not None and not isinstance(gpu["uuid"], str):
+                del gpu["uuid"]
+        kept.append(gpu)
+    return kept
+
+
+Text = Annotated[str | None, BeforeValidator(_text)]
+"""A name, or nothing where the sender gave something else."""
+Reasons = Annotated[list[str], BeforeValidator(_reasons)]
+Whole = Annotated[int | None, BeforeValidator(_whole)]
+
+
 class GpuVerdict(TypedDict):
     """One GPU in a heartbeat, kept as it is for ``GET /v1/hosts``."""
 
@@ -71,7 +117,7 @@ class Message(BaseModel):
     """What every agent message carries: the host, and when the agent sent it."""
 
     model_config = ConfigDict(extra="ignore")
-    host: str | None = None
+    host: Text = None
     sent_ns: Stamp = None
 
     def stamped(self, sent_ns: int) -> bytes:
@@ -108,6 +154,7 @@ class LooseHeartbeat(Heartbeat):
     interval_s: Annotated[float | None, BeforeValidator(_interval)] = None
     lost_gpu: Annotated[bool, BeforeValidator(bool)] = False
     error: Annotated[str | None, BeforeValidator(_error)] = None
+    gpus: Annotated[list[GpuVerdict], Field(max_length=MAX_GPUS), BeforeValidator(_gpus)]
     nics: Annotated[dict[str, bool] | None, BeforeValidator(_nics)] = None
 
 
@@ -116,8 +163,10 @@ class GpuHealth(Message):
 
     gpu: Int
     health: Health
-    was: Health | None = None
-    reasons: list[str] = Field(default_factory=list)
+    # Only the GPU and its health can refuse a failure report: the rest, as some agent
+    # may write it, is kept where it can be (a report refused is a failure found late).
+    was: Annotated[Health | None, BeforeValidator(_health)] = None
+    reasons: Reasons = Field(default_factory=list)
     at_ns: Stamp = None
     since_ns: Stamp = None
     """When the host says the condition began (an emulated host knows exactly)."""
@@ -128,7 +177,7 @@ class NicLink(Message):
 
     nic: str
     up: Annotated[bool, Strict()]
-    was: bool | None = None
+    was: Annotated[bool | None, BeforeValidator(_flag)] = None
     at_ns: Stamp = None
 
 
@@ -141,18 +190,18 @@ class JobProgress(Message):
     """The start's own name, echoed from the command (older agents send none)."""
     rank: Int
     progress: Progress
-    step: Int | None = None
-    code: Int | None = None
+    step: Whole = None
+    code: Whole = None
     at_ns: Stamp = None
 
 
 class JobError(Message):
     """``hosts/<host>/events``: a job command the agent could not carry out."""
 
-    job: str | None = None
-    epoch: Int | None = None
-    run: str | None = None
-    rank: Int | None = None
+    job: Annotated[str | None, BeforeValidator(lambda v: None if v is None else str(v))] = None
+    epoch: Whole = None
+    run: Text = None
+    rank: Whole = None
     error: Annotated[str, BeforeValidator(str)]
     at_ns: Stamp = None
 

@@ -112,3 +112,32 @@ def test_a_job_command_from_a_newer_daemon_is_taken_without_what_it_does_not_kno
         "ranks": [{"rank": 0, "host": "h0", "endpoint": "h0.nic0", "gpu": 0, "numa": 1}]}))
     assert (command.job, command.epoch, command.run) == ("ring4", 3, "ab12")
     assert command.ranks[0].endpoint == "h0.nic0"
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"gpus": [{"index": 0, "health": "healthy", "reasons": null}]}',
+    b'{"host": 5, "gpus": []}',
+    b'{"gpus": [{"index": 0, "health": "healthy", "uuid": 7}]}',
+    b'{"gpus": [{"index": 0, "health": "healthy", "reasons": "xid"}], "nics": []}',
+])
+def test_a_heartbeat_is_refused_for_its_gpus_index_or_health_alone(payload: bytes) -> None:
+    """A heartbeat refused is a host not heard, and in time a host declared lost: what an
+    agent (an older one, another's) writes beside a GPU's index and health is kept where
+    it can be and dropped where it cannot, as the daemon always took it."""
+    beat = read_heartbeat(payload)
+    assert all(isinstance(g.get("reasons", []), list) for g in beat.gpus)
+    with pytest.raises(PayloadError, match="'gpus' must be a list"):
+        read_heartbeat(b'{"gpus": [{"index": 0, "health": "fine"}]}')
+
+
+@pytest.mark.parametrize(("payload", "kind"), [
+    (b'{"gpu": 0, "health": "failed", "reasons": null}', GpuHealth),
+    (b'{"gpu": 0, "health": "failed", "was": "unknown"}', GpuHealth),
+    (b'{"nic": "n0", "up": true, "was": "up"}', NicLink),
+    (b'{"job": "j", "epoch": 1, "rank": 0, "progress": "step", "step": 1.0}', JobProgress),
+    (b'{"job": "j", "epoch": "x", "error": "boom"}', JobError),
+])
+def test_an_event_is_refused_only_for_what_it_is_about(payload: bytes, kind: type) -> None:
+    """A failure report refused is a failure found a heartbeat late: only the fields that
+    say what happened (a GPU and its health, a job's rank and progress) can refuse one."""
+    assert isinstance(read_event(payload), kind)
