@@ -165,7 +165,7 @@ class MqttBridge:
                 # meanwhile are gone): judged as any other time the link was down, or a host
                 # whose heartbeat fell in the gap is lost as the watchdog starts.
                 self.services.hosts.link_down("taking over: the bridge reconnects as the "
-                                              "leader")
+                                              "leader", agents_connected=True)
                 continue
             except aiomqtt.MqttError as exc:
                 # One line as the broker goes, one as it comes back; the tries between

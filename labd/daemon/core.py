@@ -286,9 +286,11 @@ class Daemon:
     def _lead(self) -> int:
         """Act as the leader once the takeover has resynced: the recoveries for what failed
         meanwhile, the bus, the host watchdog; how many recoveries were queued."""
-        queued = self.jobs.resume()
+        # The bus first: a recovery queued now sends its commands on the leader's
+        # session, once the hosts are heard on it, not on the standby's going away.
         if self.bus is not None:
             self.bus.lead()
+        queued = self.jobs.resume()
         if self._group is not None:
             self._watch(first=False)
         return queued

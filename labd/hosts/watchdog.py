@@ -94,6 +94,8 @@ class Watchdog:
         """Since when the daemon's link to the broker has been down (None: up, or no
         broker)."""
         self._link_reason = ""
+        self._agents_away = False
+        """Whether, in the link's latest loss, the agents' connections may have gone too."""
         self._grace_until = 0
         """When the agents' time to reconnect ends (0: not reconnecting)."""
         self._awaited: set[str] = set()
@@ -130,12 +132,17 @@ class Watchdog:
         return sum(source() for source in self._backlogs)
 
     # -- the broker link (the bridge tells) -----------------------------------------------
-    def link_down(self, reason: str) -> None:
+    def link_down(self, reason: str, *, agents_connected: bool = False) -> None:
         """The daemon's link to the broker is down: an unsure episode begins (or goes on),
         and the ``offline`` statuses not yet believed are dropped (a broker going away
-        delivers its clients' last wills as it goes)."""
+        delivers its clients' last wills as it goes). ``agents_connected``: only the
+        daemon's own connection is being remade (a takeover), the agents stayed on the
+        broker: once it is back they are heard within a heartbeat interval, not their
+        time to reconnect."""
         now = time.monotonic_ns()
         self._link_reason = reason
+        if not agents_connected:
+            self._agents_away = True
         self._offline.clear()
         self._hearing.clear()
         if self.link_down_since is None:
@@ -151,7 +158,12 @@ class Watchdog:
         if self.link_down_since is None:
             return
         self.link_down_since = None
-        self._grace_until = time.monotonic_ns() + int(self.reconnect_s * 1e9)
+        wait_s = self.reconnect_s
+        if not self._agents_away:
+            wait_s = max([h.interval_s or 1.0 for h in self.hosts.values()
+                          if h.status == "online"] or [1.0]) * MISSED
+        self._agents_away = False
+        self._grace_until = time.monotonic_ns() + int(wait_s * 1e9)
         self._evidence.set()
 
     def _grace_over(self, at: int) -> None:

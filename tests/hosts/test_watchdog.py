@@ -293,3 +293,26 @@ async def test_a_host_whose_time_is_up_is_judged_on_a_probe_asked_for_then() -> 
         watchdog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watchdog
+
+
+async def test_a_host_that_dies_as_the_daemon_takes_over_is_lost_within_intervals() -> None:
+    """A takeover remakes only the daemon's own connection: the agents stayed on the broker
+    and are heard within a heartbeat interval, so the daemon waits 1.5 intervals for them,
+    not their time to reconnect (6 s). A host that died meanwhile is lost soon after."""
+    hub = EventHub()
+    monitor = HostMonitor(hub, ["a"])
+    _, sub = hub.subscribe()
+    beat(monitor)
+    watchdog = asyncio.create_task(monitor.run())
+    try:
+        monitor.link_down("taking over", agents_connected=True)
+        monitor.link_up()  # and host a is never heard again
+        bound = monitor.reconnect_s  # what a broker outage would have made it wait, at least
+        async with asyncio.timeout(bound):
+            while (event := await sub.next()) is not None and event.kind != "host.lost":
+                pass
+        assert event is not None and monitor.hosts["a"].status == "lost"
+    finally:
+        watchdog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watchdog
