@@ -47,15 +47,23 @@ async def open_instruments(drivers: Mapping[str, Instrument],
     report = StartupReport()
     opening = {name: asyncio.ensure_future(d.connection.open_or_retry())
                for name, d in drivers.items()}
-    if opening:
-        await asyncio.wait(opening.values(), timeout=wait_s)
+    try:
+        if opening:
+            await asyncio.wait(opening.values(), timeout=wait_s)
+    except BaseException:  # cancelled (the daemon stopping): the opens go with the wait
+        for task in opening.values():
+            task.cancel()
+        raise
     for name, task in opening.items():
-        if not task.done():
+        if not task.done():  # held first, whatever the others' results raise below
             _STILL_OPENING.add(task)
             task.add_done_callback(_opened)
             report.failed[name] = (f"still opening after {wait_s:g} s; dealt with when it "
                                    "comes online")
-        elif (error := task.result()) is None:
+    for name, task in opening.items():
+        if name in report.failed:
+            continue
+        if (error := task.result()) is None:
             info = getattr(drivers[name], "info", None)
             report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
         else:
@@ -132,11 +140,13 @@ class DriftPolicy:
         for name, switch in self.engine.switches.items():
             if switch.state is not LinkState.ONLINE:
                 continue  # dealt with when it comes online
-            try:
-                await self.settle(name, report)
-            except LabdError as exc:
-                self.hub.publish("warning", {"detail": f"{name}: the drift found at start-up "
-                                                       f"was not dealt with: {exc}"})
+            running = self._healing.get(name)
+            if running is not None and not running.done():
+                continue  # it came online during this pass (a takeover's late open): in hand
+            # As a heal, one at a time per switch: a reconnect meanwhile is looked at after.
+            task = self._healing[name] = asyncio.get_running_loop().create_task(
+                self._heal(name, report), name=f"labd-heal-{name}")
+            await task
 
     async def settle(self, switch: str, report: StartupReport | None = None) -> None:
         """The switch's map against the intended state, dealt with as ``on_drift`` says."""
@@ -177,17 +187,19 @@ class DriftPolicy:
         self._healing[switch] = asyncio.get_running_loop().create_task(
             self._heal(switch), name=f"labd-heal-{switch}")
 
-    async def _heal(self, switch: str) -> None:
+    async def _heal(self, switch: str, report: StartupReport | None = None) -> None:
         while True:
             self._heal_again.discard(switch)
+            when = "at start-up" if report is not None else "on reconnecting"
             try:
-                await self.settle(switch)
+                await self.settle(switch, report)
             except LabdError as exc:
                 # Offline again, the store refusing: the next reconnect tries again.
-                self.hub.publish("warning", {"detail": f"{switch}: the drift found on "
-                                                       f"reconnecting was not dealt with: {exc}"})
+                self.hub.publish("warning", {"detail": f"{switch}: the drift found {when} "
+                                                       f"was not dealt with: {exc}"})
             except Exception:
                 log.exception("%s: dealing with drift failed", switch,
                               extra={"instrument": switch})
             if switch not in self._heal_again:
                 return
+            report = None  # looked at again: a reconnect's

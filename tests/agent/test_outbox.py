@@ -6,6 +6,7 @@ bookkeeping around a send that fails, which a real broker fails at a moment no t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -54,6 +55,8 @@ async def sent(a: Agent, count: int) -> Link:
                 await link.arrived.wait()
     finally:
         sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
     return link
 
 
