@@ -33,8 +33,7 @@ async def test_a_stalled_daemon_does_not_call_its_hosts_lost() -> None:
     monitor = HostMonitor(hub, ["a"])
     _, sub = hub.subscribe()
     beat(monitor)
-    watchdog = asyncio.create_task(monitor.run())
-    try:
+    async with watching(monitor):
         await asyncio.sleep(0)  # the watchdog takes its first look and sets its timer
         # The process gets no CPU for more than the allowance (1.5 intervals); the host's
         # next heartbeat is on its way and is read just after the watchdog wakes.
@@ -48,10 +47,6 @@ async def test_a_stalled_daemon_does_not_call_its_hosts_lost() -> None:
         assert event is not None and event.kind == "host.lost"
         assert late and event.data["last_sent_ns"] >= late[0]
         assert monitor.hosts["a"].status == "lost"
-    finally:
-        watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watchdog
 
 
 async def test_heartbeats_a_busy_broker_delivers_late_do_not_lose_the_host() -> None:
@@ -59,8 +54,7 @@ async def test_heartbeats_a_busy_broker_delivers_late_do_not_lose_the_host() -> 
     monitor = HostMonitor(hub, ["a"])
     _, sub = hub.subscribe()
     beat(monitor)  # delivered at once: the clock offset is taken from it
-    watchdog = asyncio.create_task(monitor.run())
-    try:
+    async with watching(monitor):
         # Then the broker gets slow: heartbeats still leave every interval but arrive
         # 0.75 intervals late, past the allowance of 1.5 intervals counted from the last.
         lag = int(0.75 * INTERVAL_S * 1e9)
@@ -74,10 +68,6 @@ async def test_heartbeats_a_busy_broker_delivers_late_do_not_lose_the_host() -> 
                 pass
         assert event is not None and event.kind == "host.lost"
         assert late and event.data["last_sent_ns"] >= late[0]  # lost after the late beat
-    finally:
-        watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watchdog
 
 
 def test_a_ranks_progress_stays_in_order_as_its_hosts_clock_offset_improves(
@@ -152,8 +142,10 @@ async def events_until(sub: Subscription, done: Callable[[Event], bool],
 
 
 @contextlib.asynccontextmanager
-async def watching(monitor: HostMonitor, fleet: Fleet) -> AsyncIterator[None]:
-    tasks = [asyncio.create_task(fleet.run()), asyncio.create_task(monitor.run())]
+async def watching(monitor: HostMonitor, fleet: Fleet | None = None) -> AsyncIterator[None]:
+    """The monitor's watchdog (and the fleet's heartbeats) running, for the block's time."""
+    tasks = [asyncio.create_task(fleet.run())] if fleet is not None else []
+    tasks.append(asyncio.create_task(monitor.run()))
     try:
         yield
     finally:
@@ -281,18 +273,13 @@ async def test_a_host_whose_time_is_up_is_judged_on_a_probe_asked_for_then() -> 
     monitor.prober(ask)
     _, sub = hub.subscribe()
     beat(monitor)
-    watchdog = asyncio.create_task(monitor.run())
-    try:
+    async with watching(monitor):
         seen = await events_until(sub, lambda e: e.kind == "host.lost")
         assert seen[-1].data["host"] == "a"
         # The heartbeat's send time on the daemon's clock, as the watchdog counts from it.
         deadline = seen[-1].data["last_sent_ns"] + MISSED * INTERVAL_S * 1e9
         assert len(asked) == 1, asked  # once for this host's time, not at every look
         assert asked[0] >= deadline and monitor.heard_ns == asked[0]
-    finally:
-        watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watchdog
 
 
 async def test_a_host_that_dies_as_the_daemon_takes_over_is_lost_within_intervals() -> None:
@@ -303,8 +290,7 @@ async def test_a_host_that_dies_as_the_daemon_takes_over_is_lost_within_interval
     monitor = HostMonitor(hub, ["a"])
     _, sub = hub.subscribe()
     beat(monitor)
-    watchdog = asyncio.create_task(monitor.run())
-    try:
+    async with watching(monitor):
         monitor.link_down("taking over", agents_connected=True)
         monitor.link_up()  # and host a is never heard again
         bound = monitor.reconnect_s  # what a broker outage would have made it wait, at least
@@ -312,7 +298,3 @@ async def test_a_host_that_dies_as_the_daemon_takes_over_is_lost_within_interval
             while (event := await sub.next()) is not None and event.kind != "host.lost":
                 pass
         assert event is not None and monitor.hosts["a"].status == "lost"
-    finally:
-        watchdog.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watchdog
