@@ -54,9 +54,9 @@ from labd.client.control import Backdoor
 from labd.daemon.core import Daemon
 from labd.daemon.placement import Placement, PlacementError
 from labd.emulation.rig import emulated_rig
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.runtime import run
-from labd.store.store import ReconfigurationRecord, Store, normalise_url
+from labd.store.writer import ReconfigurationRecord, Store, normalise_url
 from labd.vocabulary import percentile
 
 SWITCHES = 8

@@ -37,7 +37,7 @@ from instruments.polatis_scpi import PolatisScpi
 from labd.client.control import spawn_emulators
 from labd.emulation.rig import emulated_rig
 from labd.events import Subscription
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.runtime import run
 from labd.vocabulary import percentile
 

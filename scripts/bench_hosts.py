@@ -7,7 +7,7 @@ lab file generated with N hosts, and, in this process (on the other cores), N ag
 exact MQTT traffic: one broker connection per host, its sealed ``status`` (``online``, with
 the sealed ``offline`` last will), the first report of every GPU's verdict, then a sealed
 heartbeat every interval, the hosts spread evenly over it. The payloads are the real
-agent's (``labd.agent.agent.Agent``: its snapshot, its events, its stamp), sealed with each
+agent's (``labd.agent.reporter.Agent``: its snapshot, its events, its stamp), sealed with each
 host's key as the agent seals them.
 
 During the measured window (``--seconds``, 60 by default) it injects real failures (a GPU
@@ -64,9 +64,9 @@ from typing import Any
 
 import aiomqtt
 
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.agent.links import client_id
+from labd.agent.reporter import Agent
 from labd.hostwire import GpuHealth
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import Sealer, new_key

@@ -23,7 +23,7 @@ from labd.client.control import Backdoor
 from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.emulation.verify import light_drill
 from labd.fabric.drivers import make_meter, make_switch
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
 from labd.runtime import run
 from labd.vocabulary import percentile

@@ -30,7 +30,7 @@ import httpx
 from textual.app import App, ComposeResult
 
 from labd.emulation.rig import emulated_rig
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.vocabulary import percentile
 from tui.app import LabApp
 from tui.matrix import Grid, MatrixView

@@ -77,7 +77,7 @@ from soak_faults import Faults
 from soak_lab import Process, Site, scaled, scan_log, usage
 from soak_steps import METER_DRIVERS, SWITCH_DRIVERS, Soak
 
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.mqtt.private import Mosquitto
 from labd.runtime import run
 from labd.store.private import private_database

@@ -31,7 +31,7 @@ from soak_steps import HostLoss, Soak
 
 from labd.client.control import Backdoor
 from labd.errors import BackdoorError
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.mqtt.private import Mosquitto
 
 #: How long after a window's end a loss still counts as within it: the daemons hear late.

@@ -18,7 +18,7 @@ import time
 from instruments.keysight import KeysightN77xx
 from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.fabric.drivers import make_meter, make_switch
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.runtime import run
 
 

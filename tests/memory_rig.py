@@ -40,7 +40,7 @@ from labd.fabric.engine import Engine
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import HostMonitor
 from labd.hostwire import GpuHealth, Heartbeat, JobCommand, JobProgress, Message, NicLink
-from labd.lab.file import Lab, SwitchEntry, load_lab
+from labd.lab.loader import Lab, SwitchEntry, load_lab
 from labd.store import Store
 from tests.labs import write_lab
 

@@ -17,7 +17,7 @@ from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.emulation.rig import Rig, emulated_rig
 from labd.events import Event, Subscription
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.mqtt.credentials import BusSettings
 from tests.broker import require_broker
 from tests.labs import write_lab

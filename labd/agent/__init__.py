@@ -3,6 +3,6 @@ an emulated backend, classified as healthy, degraded or failed (docs/protocols.m
 
 # Its modules, each imported where it is used: importing the package loads none of them.
 __all__ = [
-    "agent", "backends", "cli", "health", "links", "metrics", "nics", "nvml", "runner", "smi",
-    "trainer"
+    "backends", "cli", "health", "links", "metrics", "nics", "nvml", "reporter", "runner",
+    "smi", "trainer"
 ]

@@ -18,8 +18,8 @@ from labd.errors import LabdError, NvmlUnavailable
 from labd.terminal import console, fail, run_until_signalled
 
 if TYPE_CHECKING:
-    from labd.agent.agent import Agent
     from labd.agent.metrics import MetricsServer
+    from labd.agent.reporter import Agent
     from labd.mqtt.credentials import BusSettings
 
 # The same consoles as the labd command's: a wide line when the output is a file or a log.
@@ -78,10 +78,10 @@ def agent(
 ) -> None:
     """The GPU-host agent: reports GPU health, NIC links and job progress to the daemon
     over MQTT, and runs the host's part of the jobs it is configured for."""
-    from labd.agent.agent import Agent
     from labd.agent.backends import Backend, EmulatedBackend, SmiBackend
     from labd.agent.nics import SysfsNics
     from labd.agent.nvml import NvmlBackend
+    from labd.agent.reporter import Agent
     from labd.logs import LogSettingsError, add_secrets, configure, level_for
 
     # -v of the labd command (python -m labd.agent has none)
@@ -147,7 +147,7 @@ def main() -> None:
 
 def _serve(runner: Agent) -> None:
     """Run the agent until SIGINT or SIGTERM; a start-up failure is one clear message."""
-    from labd.agent.agent import run_agent
+    from labd.agent.reporter import run_agent
 
     # spawns: the standard loop, not uvloop: the agent starts job processes while it talks
     # MQTT (labd/runtime.py says why that needs it).

@@ -19,7 +19,7 @@ from labd.errors import AgentError
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from labd.agent.agent import Agent
+    from labd.agent.reporter import Agent
 
 __all__ = ["AgentCollector", "MetricsServer", "agent_registry"]
 

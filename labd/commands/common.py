@@ -10,13 +10,13 @@ from labd.errors import LabFileError
 from labd.terminal import console, err_console, fail, run_until_signalled
 
 if TYPE_CHECKING:
-    from labd.lab.file import Lab
+    from labd.lab.loader import Lab
 
 
 def load(lab: str) -> Lab:
     """A lab file (path or packaged name); its problems are one message, exit code 2."""
     # Here, not at the top: the lab file loads the drivers, which --help does not need.
-    from labd.lab.file import load_lab
+    from labd.lab.loader import load_lab
 
     try:
         return load_lab(lab)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from labd.daemon.core import Daemon
     from labd.emulation.emulators import EmulatedHost
     from labd.fabric.drift import StartupReport
-    from labd.lab.file import Lab
+    from labd.lab.loader import Lab
     from labd.mqtt.credentials import BusSettings
     from labd.settings import Resolved
 
@@ -158,7 +158,7 @@ def effective_settings(lab: str | None, config: Path | None,
 
     files: list[tuple[str, dict[str, Any]]] = []
     if lab is not None:
-        from labd.lab.file import resolve_lab_path
+        from labd.lab.loader import resolve_lab_path
 
         try:
             path = resolve_lab_path(lab)

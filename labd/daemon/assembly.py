@@ -27,7 +27,7 @@ from labd.daemon.access import Access, ApiSettings
 from labd.daemon.core import DEFAULT_PORT, Daemon
 from labd.daemon.placement import Cpu
 from labd.ha.role import HaSettings
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.mqtt.credentials import BusSettings
 from labd.settings import Resolved, Settings, daemon_table, resolve
 from labd.token import read_token_file

@@ -39,8 +39,8 @@ from labd.ha.lease import Lease
 from labd.ha.role import HaSettings, Role
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
-from labd.lab.file import Lab, SwitchEntry
-from labd.store.store import Store, connection_row, normalise_url
+from labd.lab.loader import Lab, SwitchEntry
+from labd.store.writer import Store, connection_row, normalise_url
 from labd.token import load_or_make_token
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from labd.fabric.engine import Engine
 from labd.ha.role import Role
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import CommandQueues, HostMonitor
-from labd.lab.file import Lab
-from labd.store.store import Store
+from labd.lab.loader import Lab
+from labd.store.writer import Store
 
 
 class Drills(Protocol):

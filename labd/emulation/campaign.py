@@ -31,7 +31,7 @@ from labd.emulation.emulators import write_resolved
 from labd.emulation.rig import Rig, emulated_rig, rig_bus
 from labd.errors import DrillError
 from labd.ha.role import HaSettings
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.mqtt.credentials import BusSettings
 from labd.vocabulary import STAGES, percentile
 

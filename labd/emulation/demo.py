@@ -37,7 +37,7 @@ from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.errors import DrillError
 from labd.fabric.engine import Result, log_resolution
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
 from labd.mqtt.client import broker_reachable, local_broker
 from labd.vocabulary import percentile

@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
 from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
 from instruments.switch import parse_size
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.agent.nics import NIC_POLL_S, EmulatedNics
+from labd.agent.reporter import Agent
 from labd.agent.runner import emulated_job_command
 from labd.errors import LabFileError
-from labd.lab.file import (
+from labd.lab.loader import (
     CalientTl1Entry,
     HostEntry,
     Instrument,

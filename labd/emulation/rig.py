@@ -33,7 +33,7 @@ from labd.emulation.emulators import (
     run_together,
 )
 from labd.ha.role import HaSettings
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.mqtt.client import session
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import new_key

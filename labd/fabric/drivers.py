@@ -12,7 +12,7 @@ from instruments.registry import switch_driver
 from instruments.switch import OpticalSwitch
 from instruments.thorlabs import ThorlabsPM100
 from labd.errors import LabFileError
-from labd.lab.file import (
+from labd.lab.loader import (
     CalientTl1Entry,
     Instrument,
     KeysightEntry,

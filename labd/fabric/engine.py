@@ -36,9 +36,9 @@ from labd.fabric.dispatch import read_back, send, timed, undo
 from labd.fabric.light import MAX_LOG_POINTS, Watches, log_resolution
 from labd.fabric.planning import Change, checked, replacing, smallest
 from labd.fabric.reservations import Reservations
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import CircuitRoute, MeteredPath
-from labd.store.store import ReconfigurationRecord, Store
+from labd.store.writer import ReconfigurationRecord, Store
 
 # MAX_LOG_POINTS and log_resolution live with light verification (labd.fabric.light) and
 # are named here too, where the demo and the tests have always found them.

@@ -15,10 +15,10 @@ from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch, Pair
 from labd.errors import StoreError
 from labd.events import EventHub
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import MeteredPath, metered_paths
 from labd.store.models import PowerTrace
-from labd.store.store import Store
+from labd.store.writer import Store
 
 __all__ = ["MAX_LOG_POINTS", "Watched", "Watches", "log_resolution"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from instruments.events import LinkState
 from labd.errors import RequestError, UnknownPort
 from labd.fabric.engine import Engine
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import CircuitRoute, circuits, route_circuit, trace_circuit
 
 

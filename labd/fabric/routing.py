@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from instruments.switch import OpticalSwitch, Pair
 from labd.errors import PortBusy, UnknownPort
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import CircuitRoute, route_circuit, trace_circuit
 
 __all__ = ["busy_ports", "hops_to_break", "hops_to_make", "route"]

@@ -11,7 +11,7 @@ from typing import Any, Literal, Protocol
 from labd.errors import JobError
 from labd.hosts.jobstate import JobState, SendToHost
 from labd.hostwire import JobCommand, RankSpec
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 
 
 class Hearing(Protocol):

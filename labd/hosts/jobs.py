@@ -19,10 +19,10 @@ from labd.hosts.monitor import HostListener, HostMonitor
 from labd.hosts.recovery import Recovery
 from labd.hosts.state import HostState
 from labd.hostwire import GpuHealth, JobProgress, NicLink
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import trace_circuit
 from labd.store.pools import load_pools
-from labd.store.store import Store
+from labd.store.writer import Store
 from labd.vocabulary import ACTIVE, EventKind
 
 __all__ = ["Failure", "JobManager", "JobState", "SendToHost", "Timeline", "since_failure_ms"]

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labd.lab.file import JobEntry
+from labd.lab.loader import JobEntry
 from labd.store.pools import keep_pool
 from labd.vocabulary import STAGES
 

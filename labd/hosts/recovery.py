@@ -37,10 +37,10 @@ from labd.hosts.commands import JobCommands
 from labd.hosts.jobstate import Failure, JobState, Timeline, keep
 from labd.hosts.monitor import HostMonitor
 from labd.hosts.spares import Replacement, choose_spare
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.lab.wiring import CircuitRoute
 from labd.store.pools import save_timeline
-from labd.store.store import Store
+from labd.store.writer import Store
 from labd.vocabulary import ACTIVE, STAGES, EventKind
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from labd.errors import RequestError
 from labd.fabric.engine import Engine
-from labd.lab.file import JobEntry, Lab
+from labd.lab.loader import JobEntry, Lab
 from labd.lab.wiring import CircuitRoute, trace_circuit
 
 

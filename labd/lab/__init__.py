@@ -1,5 +1,5 @@
-"""The lab file (``labd.lab.file``: every field, checked with the entry named) and the
+"""The lab file (``labd.lab.loader``: every field, checked with the entry named) and the
 questions its cabling answers (``labd.lab.wiring``)."""
 
 # Its modules, each imported where it is used: importing the package loads none of them.
-__all__ = ["entries", "file", "limits", "model", "options", "wiring"]
+__all__ = ["entries", "limits", "loader", "model", "options", "wiring"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from labd import __version__
 from labd.client.api import DaemonClient
 from labd.client.control import Backdoor
 from labd.errors import BackdoorError, CampaignError, LabdError
-from labd.lab.file import file_sha256, load_lab
+from labd.lab.loader import file_sha256, load_lab
 from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig
 from labd.measure.figures import conditions, figure_values, summarise, switch_label
 from labd.measure.reports import (

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from labd.errors import RunError
-from labd.store.store import normalise_url
+from labd.store.writer import normalise_url
 
 DEFAULT_RUNS = "labd-runs.sqlite"
 

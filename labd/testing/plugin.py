@@ -4,7 +4,7 @@ off).
 
 Fixtures:
 
-- ``labd_lab`` (session): the lab file, parsed (labd.lab.file.Lab);
+- ``labd_lab`` (session): the lab file, parsed (labd.lab.loader.Lab);
 - ``labd_daemon`` (session): a daemon on it (labd.testing.running.LabdDaemon: url, token,
   addresses), with the lab's emulators unless ``--labd-lab`` names a real lab;
 - ``labd_client`` (function): labd.client.api.DaemonClient on it, on the test's loop;
@@ -28,7 +28,7 @@ from labd.testing.selection import REAL_LAB_SKIP, lab_of, select
 
 if TYPE_CHECKING:
     from labd.client.api import DaemonClient
-    from labd.lab.file import Lab
+    from labd.lab.loader import Lab
     from labd.testing.clients import Emulators
     from labd.testing.running import LabdDaemon, LabThread
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from labd import deadlines
 from labd.client.api import DaemonClient
-from labd.lab.file import Lab
+from labd.lab.loader import Lab
 from labd.testing.clients import Emulators
 
 

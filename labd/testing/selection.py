@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from labd.lab.file import Lab
+    from labd.lab.loader import Lab
 
 #: The packaged lab emulated when neither ``--labd-lab`` nor the ini setting names one.
 DEFAULT_LAB = "demo"
@@ -71,7 +71,7 @@ def lab_of(config: pytest.Config) -> Lab:
     if _LAB in config.stash:
         return config.stash[_LAB]
     from labd.errors import LabFileError
-    from labd.lab.file import load_lab
+    from labd.lab.loader import load_lab
 
     chosen = select(config)
     try:

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from labd import deadlines
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
 from labd.agent.metrics import MetricsServer
+from labd.agent.reporter import Agent
 from labd.errors import AgentError
 from labd.mqtt.topics import lab_root
 from tests.broker import BROKER, MQTT, require_broker

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from labd.agent import agent as agent_module
-from labd.agent.agent import Agent
+from labd.agent import reporter as agent_module
 from labd.agent.backends import EmulatedBackend
+from labd.agent.reporter import Agent
 from labd.errors import LinkDown
 from labd.hostwire import JobProgress
 

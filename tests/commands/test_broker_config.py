@@ -17,8 +17,8 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
+from labd.agent.reporter import Agent
 from labd.mqtt.credentials import BusSettings, read_credentials
 from labd.mqtt.envelope import Sealer
 from labd.mqtt.topics import lab_root

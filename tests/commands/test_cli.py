@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from emulators import EmulatedLab
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from tests.broker import MQTT, require_broker
 
 LABD = [sys.executable, "-m", "labd"]

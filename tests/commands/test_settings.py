@@ -266,7 +266,7 @@ async def test_every_file_labd_run_reads_is_one_message_whatever_its_toml(
 def test_each_reader_of_toml_answers_it_with_its_own_error(tmp_path: Path, kind: str) -> None:
     from labd.daemon.access import Access
     from labd.errors import AccessError, BusError, LabFileError
-    from labd.lab.file import load_lab
+    from labd.lab.loader import load_lab
     from labd.mqtt.credentials import read_credentials
 
     path = tmp_path / "file.toml"

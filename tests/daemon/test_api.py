@@ -11,7 +11,7 @@ from labd import __version__
 from labd.daemon.api.app import create_app
 from labd.daemon.api.reconfigurations import span_stats
 from labd.daemon.core import Daemon
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.measure.campaign import summary
 from labd.vocabulary import PHASES, SPANS
 from tests.labs import write_lab

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from tests.labs import endpoint, fiber, switch, write_lab
 from tests.rigs import AUTH, StartRig
 

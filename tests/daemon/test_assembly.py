@@ -11,10 +11,10 @@ import pytest
 from labd.commands.run import effective_settings
 from labd.daemon.assembly import assemble, from_settings, lab_settings
 from labd.emulation.rig import emulated_rig
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from tests.labs import instrument, switch, write_lab
 
-DEFAULT_WATCH_S = 2.0  # the lab entry's own default (labd/lab/file.py)
+DEFAULT_WATCH_S = 2.0  # the lab entry's own default (labd/lab/loader.py)
 
 
 def watches(lab: Lab) -> dict[str, float]:

@@ -17,7 +17,7 @@ from emulators.lab import EmulatedLab
 from instruments.errors import InstrumentError
 from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_lab, endpoint_of
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from tests.labs import endpoint, fiber, host, instrument, job, meter, metered, switch, write_lab
 from tests.rigs import StartRig
 

@@ -15,7 +15,7 @@ from instruments.events import LinkState
 from labd import deadlines
 from labd.daemon.core import Daemon
 from labd.errors import StoreError
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from tests.labs import instrument, write_lab
 
 TOKEN = "life-token"

@@ -10,7 +10,7 @@ import pytest
 
 from labd.daemon.core import Daemon
 from labd.daemon.placement import PlacementError
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from tests.labs import instrument, write_lab
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),

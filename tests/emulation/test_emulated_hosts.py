@@ -12,7 +12,7 @@ from instruments.polatis_scpi import PolatisScpi
 from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_hosts, emulated_lab, endpoint_of, run_together
 from labd.emulation.rig import clear_retained
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import new_key
 from labd.mqtt.topics import new_instance

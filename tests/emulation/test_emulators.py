@@ -7,7 +7,7 @@ import pytest
 from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.errors import LabFileError
 from labd.fabric.drivers import make_switch
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 
 LAB = """
 [lab]

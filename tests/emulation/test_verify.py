@@ -6,7 +6,7 @@ from labd import deadlines
 from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.fabric.engine import log_resolution
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.lab.wiring import dark_ingress, metered_paths
 
 

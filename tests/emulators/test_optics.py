@@ -80,7 +80,7 @@ async def test_a_nodes_power_alone_is_what_the_whole_lab_gives_it() -> None:
     circuits on every switch, before, during and after their transients, each watched
     node's power worked out alone equals its power in the whole lab's."""
     from labd.emulation.emulators import emulated_lab
-    from labd.lab.file import load_lab
+    from labd.lab.loader import load_lab
 
     emulated, _ = emulated_lab(load_lab("demo"))
     async with emulated:

@@ -17,7 +17,7 @@ from labd.emulation.drill import hosts_ready, job_stepping, run_drill, wait_for
 from labd.emulation.rig import emulated_rig, rig_bus
 from labd.errors import DrillError
 from labd.ha.role import HaSettings
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from tests import labs
 from tests.broker import MQTT, require_broker
 from tests.databases import postgres_database

@@ -19,10 +19,10 @@ from labd.daemon.core import Daemon
 from labd.emulation.emulators import emulated_lab, endpoint_of
 from labd.errors import LeaseError, StaleEpoch
 from labd.ha.role import HaSettings
-from labd.lab.file import Lab, load_lab
+from labd.lab.loader import Lab, load_lab
 from labd.store import Store
 from labd.store.models import JobPool
-from labd.store.store import ReconfigurationRecord
+from labd.store.writer import ReconfigurationRecord
 from tests.databases import postgres_database
 from tests.labs import switch, write_lab
 from tests.rigs import next_event

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from labd.client.api import DaemonClient
-from labd.lab.file import SWITCH_ENTRIES
+from labd.lab.loader import SWITCH_ENTRIES
 from labd.testing.clients import Emulators, wait_for_state
 from labd.testing.plugin import lab_of
 from labd.testing.running import LabdDaemon

@@ -26,7 +26,7 @@ from labd.daemon.core import Daemon
 from labd.emulation.drill import hosts_ready, job_stepping, wait_for
 from labd.emulation.rig import Rig, clear_retained
 from labd.events import Event
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from labd.mqtt.credentials import BusSettings, Credentials
 from labd.mqtt.envelope import new_key
 from labd.mqtt.topics import new_instance

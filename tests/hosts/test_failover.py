@@ -24,7 +24,7 @@ from labd.errors import DrillError
 from labd.hosts.jobs import JobManager
 from labd.lab.wiring import trace_circuit
 from labd.store.models import FailoverTimeline, JobPool
-from labd.store.store import Store
+from labd.store.writer import Store
 from tests.broker import BROKER, MQTT
 from tests.labs import ring_lab
 from tests.rigs import AUTH, StartRig

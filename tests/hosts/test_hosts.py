@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import httpx
 
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
+from labd.agent.reporter import Agent
 from labd.emulation.rig import clear_retained
 from labd.mqtt.credentials import BusSettings
 from labd.mqtt.envelope import new_key

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from labd.agent.agent import Agent
 from labd.agent.backends import EmulatedBackend
+from labd.agent.reporter import Agent
 from labd.errors import PayloadError
 from labd.hostwire import (
     GpuHealth,

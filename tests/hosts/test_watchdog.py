@@ -12,7 +12,7 @@ from pathlib import Path
 from labd.events import Event, EventHub, Subscription
 from labd.hosts.jobs import JobManager
 from labd.hosts.monitor import MISSED, SETTLE_S, HostListener, HostMonitor, HostState
-from labd.lab.file import load_lab
+from labd.lab.loader import load_lab
 from tests.labs import ring_lab, write_lab
 
 INTERVAL_S = 0.2

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from labd.errors import LabFileError
-from labd.lab.file import load_lab, packaged_labs
+from labd.lab.loader import load_lab, packaged_labs
 
 
 def test_packaged_demo_lab_has_every_switch_family() -> None:

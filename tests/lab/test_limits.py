@@ -21,8 +21,8 @@ from instruments.polatis_scpi import PolatisScpi
 from instruments.switch import parse_size
 from labd.emulation.emulators import EMULATION
 from labd.errors import LabFileError
-from labd.lab.file import Lab, load_lab, packaged_labs, parse_lab, parse_text
 from labd.lab.limits import MAX_FILE_BYTES, MAX_PORTS_PER_SIDE
+from labd.lab.loader import Lab, load_lab, packaged_labs, parse_lab, parse_text
 from labd.lab.options import OPTIONS
 from tests.labs import endpoint, fiber, host, instrument, switch
 

@@ -13,7 +13,7 @@ import pytest
 
 from labd.store import Store
 from labd.store.affinity import FOLLOW_AT_LEAST, FOLLOW_AT_MOST, Follower
-from labd.store.store import ReconfigurationRecord
+from labd.store.writer import ReconfigurationRecord
 
 CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="following needs Linux and two CPUs")

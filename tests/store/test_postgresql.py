@@ -23,7 +23,7 @@ from labd.errors import StoreUnavailable
 from labd.store import Store
 from labd.store.models import Reconfiguration
 from labd.store.postgresql import FEW, IntendedChange, commit_records
-from labd.store.store import ReconfigurationRecord, insert_records, set_intended
+from labd.store.writer import ReconfigurationRecord, insert_records, set_intended
 from tests.databases import postgres_database
 
 #: Batch sizes that take each shape: one and a few pipelined, the most pipelined, the

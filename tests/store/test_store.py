@@ -22,7 +22,7 @@ from labd.daemon.api.errors import status_of
 from labd.errors import StoreError, StoreUnavailable
 from labd.store import Store
 from labd.store.models import PairChange, Reconfiguration
-from labd.store.store import ReconfigurationRecord, insert_records, set_intended
+from labd.store.writer import ReconfigurationRecord, insert_records, set_intended
 from tests.databases import postgres_database
 from tests.labs import switch
 from tests.store.refusals import refusing

@@ -15,7 +15,7 @@ import tomli_w
 
 from labd import deadlines
 from labd.client.control import spawn_emulators
-from labd.lab.file import resolve_lab_path
+from labd.lab.loader import resolve_lab_path
 from labd.testing.plugin import lab_of
 from labd.testing.selection import select
 

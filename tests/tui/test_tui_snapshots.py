@@ -25,7 +25,7 @@ from textual.pilot import Pilot
 from labd.emulation.drill import hosts_ready, wait_for
 from labd.emulation.rig import Rig
 from labd.store.models import FailoverTimeline
-from labd.store.store import ReconfigurationRecord
+from labd.store.writer import ReconfigurationRecord
 from tests.labs import ring_lab
 from tests.rigs import background_rig
 from tests.tui.screen import dialog_lines, screen_lines, shows_whole

@@ -63,7 +63,7 @@ def measure_failover(
     from labd.emulation.campaign import failover_report
     from labd.emulation.campaign import measure_failover as drills
     from labd.emulation.drill import DrillResult
-    from labd.lab.file import file_sha256
+    from labd.lab.loader import file_sha256
     from labd.measure.reconfig import Measured, finishing, new_run, resume_run
     from labd.mqtt.client import broker_reachable, local_broker
 

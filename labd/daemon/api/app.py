@@ -35,7 +35,7 @@ from labd.daemon.api import (
 from labd.daemon.api.edge import Edge
 from labd.daemon.api.shortcut import Shortcuts
 from labd.daemon.services import Services
-from labd.lab.file import file_sha256
+from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,

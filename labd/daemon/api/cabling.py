@@ -18,7 +18,7 @@ from labd.lab.wiring import circuits
 
 router = APIRouter()
 
-#: An endpoint id as the lab file allows it (labd.lab.file.EndpointEntry).
+#: An endpoint id as the lab file allows it (labd.lab.loader.EndpointEntry).
 ENDPOINT = {"min_length": 1, "max_length": 64, "pattern": r"^[A-Za-z][A-Za-z0-9_.-]*$"}
 NOT_FOUND = {"description": "``from`` or ``to`` names an endpoint the lab does not have",
              "content": {"application/json": {"schema": {

@@ -10,7 +10,7 @@ import numpy as np
 
 from labd.fabric.preview import CircuitPlan
 from labd.hosts.jobs import since_failure_ms
-from labd.lab.file import EndpointEntry
+from labd.lab.loader import EndpointEntry
 from labd.lab.wiring import CircuitRoute
 from labd.store.models import FailoverTimeline, PowerTrace, Reconfiguration
 

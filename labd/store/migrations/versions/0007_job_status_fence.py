@@ -13,7 +13,7 @@ down_revision = "0006"
 branch_labels = None
 depends_on = None
 
-#: Raised as SQLSTATE LF001 (labd.store.store.STALE_EPOCH): the writer's epoch is not the
+#: Raised as SQLSTATE LF001 (labd.store.writer.STALE_EPOCH): the writer's epoch is not the
 #: lease's. The row stays share-locked to the end of the writer's transaction, so that no
 #: takeover commits between the check and the write.
 FENCE = """
