@@ -27,8 +27,8 @@ from instruments.errors import InstrumentError
 from labd import __version__
 from labd.client.api import DaemonClient
 from labd.client.control import Backdoor
-from labd.errors import BackdoorError, CampaignError, LabdError
-from labd.lab.loader import file_sha256, load_lab
+from labd.errors import BackdoorError, CampaignError, LabdError, RunError
+from labd.lab.loader import file_sha256, load_lab, resolve_lab_path
 from labd.measure.campaign import ReconfigPlan, batch_sizes, free_ports, run_reconfig
 from labd.measure.figures import conditions, figure_values, summarise, switch_label
 from labd.measure.reports import (
@@ -46,11 +46,12 @@ from labd.vocabulary import PHASES
 # The reports and figures live in labd.measure.reports and labd.measure.figures; the measure
 # commands import them from here too.
 __all__ = [
-    "Measured", "Target", "apply_timing", "attach_truth", "check_model", "compare_schedules",
-    "compare_table", "conditions", "default_name", "export", "failures", "figure_values",
-    "finishing", "keep", "model_check", "new_run", "open_target", "params_of", "plan_campaign",
-    "plans_from", "progress_bar", "resume_run", "run_campaign", "slim", "summarise",
-    "summary_table", "switch_label", "switch_models", "switches_of",
+    "DEFAULT_URL", "Measured", "Target", "apply_timing", "attach_truth", "check_model",
+    "compare_schedules", "compare_table", "conditions", "default_name", "export", "failures",
+    "figure_values", "finishing", "keep", "model_check", "new_run", "open_target", "params_of",
+    "plan_campaign", "plans_from", "progress_bar", "resume_run", "resume_target",
+    "run_campaign", "slim", "summarise", "summary_table", "switch_label", "switch_models",
+    "switches_of",
 ]
 
 
@@ -68,6 +69,46 @@ class Target(Measured):
     client: DaemonClient = field(kw_only=True)
     backdoor: Backdoor | None = field(default=None, kw_only=True)
     """The emulators' control endpoint, where the lab is emulated here (ground truth)."""
+    spec: dict[str, str | None] = field(default_factory=dict, kw_only=True)
+    """How to reach it again: ``{"lab": file}``, or ``{"url": …, "control": …}``; a run
+    keeps it (``params["target"]``) so that ``--resume`` goes on where the run began."""
+
+
+#: The daemon a campaign measures when neither ``--url`` nor ``--lab`` is given.
+DEFAULT_URL = "http://127.0.0.1:8470"
+
+
+def resume_target(run: Run, *, lab: str | None, url: str | None, control: str | None
+                  ) -> dict[str, str | None]:
+    """Where an interrupted run goes on: where it began. A lab, daemon or control endpoint
+    named on the command line that differs from the run's is refused, since the rows of
+    one run must come from one target."""
+    kept = run.params.get("target") or _target_of(run.target)
+    for option, given in (("lab", lab), ("url", url), ("control", control)):
+        if given is not None and not _same(option, kept.get(option), given):
+            raise RunError(f"run {run.name!r} was measured on {run.target}; --resume goes "
+                           f"on there: leave out --{option} {given}")
+    return kept
+
+
+def _same(option: str, kept: str | None, given: str) -> bool:
+    if option != "lab" or kept is None:
+        return kept == given
+    try:
+        return resolve_lab_path(given).resolve() == Path(kept).resolve()
+    except LabdError:
+        return False
+
+
+def _lab_spec(source: str) -> dict[str, str | None]:
+    return {"lab": str(Path(source).resolve())}
+
+
+def _target_of(where: str) -> dict[str, str | None]:
+    """The target of a run kept before runs kept their ``params["target"]``."""
+    if where.startswith("lab ") and where.endswith(" (emulated)"):
+        return {"lab": where[len("lab "):-len(" (emulated)")]}
+    return {"url": where, "control": None}
 
 
 @contextlib.asynccontextmanager
@@ -81,7 +122,7 @@ async def open_target(*, lab: str | None, url: str, token: str | None,
         try:
             health = await client.get("/v1/health")
             yield Target(health["lab"], health.get("lab_sha256", ""), url, client=client,
-                         backdoor=backdoor)
+                         backdoor=backdoor, spec={"url": url, "control": control})
         finally:
             await client.close()
             if backdoor is not None:
@@ -99,7 +140,8 @@ async def open_target(*, lab: str | None, url: str, token: str | None,
             try:
                 yield Target(loaded.lab.name, file_sha256(loaded.source),
                              f"lab {loaded.source} (emulated)", client=client,
-                             backdoor=rig.backdoor)
+                             backdoor=rig.backdoor,
+                             spec=_lab_spec(loaded.source))
             finally:
                 await client.close()
 
@@ -231,6 +273,8 @@ def plans_from(params: dict[str, Any]) -> list[ReconfigPlan]:
 
 def new_run(store: RunStore, *, name: str | None, kind: str, params: dict[str, Any],
             target: Measured, planned: int) -> Run:
+    if isinstance(target, Target):
+        params = {**params, "target": target.spec}
     return store.create(name=name or default_name(kind), kind=kind, params=params,
                         labd_version=__version__, target=target.where,
                         lab_name=target.lab_name, lab_sha256=target.lab_sha256,
@@ -245,6 +289,10 @@ def resume_run(store: RunStore, name: str, kind: str, target: Measured, console:
         raise LabdError(f"run {name!r} is a {measured.kind} run, not a {kind} run")
     if measured.status == "complete":
         raise LabdError(f"run {name!r} is complete; nothing to resume")
+    if measured.lab_name != target.lab_name:
+        raise RunError(f"{target.where} runs lab {target.lab_name!r}, and run {name!r} was "
+                       f"measured on lab {measured.lab_name!r}: another daemon; start the "
+                       "run's own lab's daemon there, or begin a new run")
     if measured.lab_sha256 and measured.lab_sha256 != target.lab_sha256:
         console.print(f"[yellow]the lab file differs from the one run {name} began on[/]")
     store.reopen(measured)
@@ -274,11 +322,16 @@ async def apply_timing(target: Target, switches: list[str], timing: dict[str, An
     if timing is None or target.backdoor is None:
         return
     model = {k: v for k, v in timing.items() if k != "switches"}
+    # A mesh has no switching time to set (its time is its heaters' settling): asked, its
+    # emulator would refuse; it is left out, said once.
+    takes = [switch for switch in switches
+             if (await target.backdoor.describe(switch)).get("timing") is not None]
+    if left := [switch for switch in switches if switch not in takes]:
+        console.print(f"  measured as set in the lab: {', '.join(left)} (no switching time "
+                      "to set: the heaters' settling is the time)")
     if light:
         slowest = model["switch_time_ms"] + model["jitter_ms"]
-        for switch in switches:
-            if (await target.backdoor.describe(switch)).get("timing") is None:
-                continue  # it will not take the model
+        for switch in takes:
             state = await target.client.get(f"/v1/switches/{switch}")
             window = state["light_window_ms"]
             if state["metered_paths"] and slowest >= window:
@@ -288,7 +341,7 @@ async def apply_timing(target: Target, switches: list[str], timing: dict[str, An
                     "would time out; raise 'light_window_ms' in the lab file, or measure "
                     "with --no-light")
     timing["switches"] = []
-    for switch in switches:
+    for switch in takes:
         try:
             await target.backdoor.set_timing(switch, **model)
             timing["switches"].append(switch)

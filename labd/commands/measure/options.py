@@ -44,12 +44,27 @@ ControlOption = Annotated[str | None, typer.Option(
     help="With --url: the control endpoint of the emulators that daemon drives (labd "
          "emulate prints it): ground truth beside every row, and --switch-ms.")]
 ResumeOption = Annotated[str | None, typer.Option(
-    help="Go on with an interrupted run (same parameters; what it measured is kept).")]
+    help="Go on with an interrupted run, on the lab or daemon it began on (same parameters; "
+         "what it measured is kept).")]
+UrlOption = Annotated[str | None, typer.Option(
+    help="The daemon to measure [default: http://127.0.0.1:8470].")]
 DeadlineScaleOption = Annotated[float | None, typer.Option(
     min=0.01, max=100, envvar="LABD_DEADLINE_SCALE",
     help="Multiply every wait on another process or the lab (emulators starting, hosts "
          "online, a job's first step, a recovery) by this; 3 on a loaded machine. "
          "Default 1 (docs/emulators.md, Deadlines).")]
+
+
+def where_to(resume: str | None, runs: Any, *, lab: str | None, url: str | None,
+             control: str | None) -> tuple[str | None, str, str | None]:
+    """The lab, URL and control endpoint a campaign measures: a resumed run's own (another
+    named on the command line is refused), else as given."""
+    from labd.measure.reconfig import DEFAULT_URL, resume_target
+
+    if resume is None:
+        return lab, url or DEFAULT_URL, control
+    kept = resume_target(runs.get(resume), lab=lab, url=url, control=control)
+    return kept.get("lab"), kept.get("url") or DEFAULT_URL, kept.get("control")
 
 
 def use_deadlines(scale: float | None) -> None:

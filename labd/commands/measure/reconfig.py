@@ -25,15 +25,17 @@ from labd.commands.measure.options import (
     RunsOption,
     SwitchMsOption,
     TokenOption,
+    UrlOption,
     check_outcome,
     outputs,
     timing_model,
     use_deadlines,
+    where_to,
 )
 
 
 def measure_reconfig(
-    url: Annotated[str, typer.Option(help="The daemon to measure.")] = "http://127.0.0.1:8470",
+    url: UrlOption = None,
     lab: Annotated[str | None, typer.Option(
         help="Measure this lab (path or packaged name) in emulation instead: its emulators "
              "and a daemon are started here, and each row gets the emulator's ground "
@@ -95,8 +97,9 @@ def measure_reconfig(
     outcome: dict[str, Any] = {}
 
     async def body(store: Any, state: dict[str, Any]) -> None:
-        async with open_target(lab=lab, url=url, token=find_token(file=token),
-                               control=control) as target:
+        at_lab, at_url, at_control = where_to(resume, store, lab=lab, url=url, control=control)
+        async with open_target(lab=at_lab, url=at_url, token=find_token(file=token),
+                               control=at_control) as target:
             if resume is not None:
                 measured, done = resume_run(store, resume, "reconfig", target, console)
                 plans, wanted = plans_from(measured.params), measured.params.get("timing")

@@ -24,9 +24,11 @@ from labd.commands.measure.options import (
     RunsOption,
     SwitchMsOption,
     TokenOption,
+    UrlOption,
     outputs,
     timing_model,
     use_deadlines,
+    where_to,
 )
 from labd.errors import LabdError
 
@@ -34,8 +36,7 @@ from labd.errors import LabdError
 def measure_schedule(
     schedule: Annotated[str, typer.Argument(
         help="Schedule file (TOML), or the name of a packaged one (e.g. 3d-small).")],
-    url: Annotated[str, typer.Option(help="The daemon to replay on.")]
-    = "http://127.0.0.1:8470",
+    url: UrlOption = None,
     lab: Annotated[str | None, typer.Option(
         help="Replay on this lab (path or packaged name) in emulation instead.")] = None,
     iterations: Annotated[int, typer.Option(help="Iterations to replay per mode.")] = 3,
@@ -81,8 +82,9 @@ def measure_schedule(
     timing = timing_model(switch_ms, jitter_ms, emulated=lab is not None or control is not None)
 
     async def body(store: Any, state: dict[str, Any]) -> None:
-        async with open_target(lab=lab, url=url, token=find_token(file=token),
-                               control=control) as target:
+        at_lab, at_url, at_control = where_to(resume, store, lab=lab, url=url, control=control)
+        async with open_target(lab=at_lab, url=at_url, token=find_token(file=token),
+                               control=at_control) as target:
             if resume is not None:
                 measured, done = resume_run(store, resume, "schedule", target, console)
                 params = measured.params
