@@ -49,7 +49,8 @@ def figure_values(rows: list[dict[str, Any]], *, full: bool = True
 
 
 def stats_of(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
+    return {"n": len(values), "p25": percentile(values, 25), "p50": percentile(values, 50),
+            "p75": percentile(values, 75), "p90": percentile(values, 90),
             "p99": percentile(values, 99), "max": max(values)}
 
 

@@ -135,7 +135,7 @@ def _x_scale(ax: Axes, values: list[float]) -> None:
     are at or below zero and the rest reach a decade beyond them (linear around zero out to
     the power of ten those reach: none of them dropped); linear otherwise, where a log axis
     would only crowd its labels."""
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
     low, high = min(values, default=1.0), max(values, default=1.0)
     if low > 0 and high / low >= 10:
@@ -148,6 +148,9 @@ def _x_scale(ax: Axes, values: list[float]) -> None:
         ax.set_xscale("symlog", linthresh=linear)
     else:
         return
+    if ax.get_xscale() == "log" and high / low < 1000:
+        # Under three decades a decade's ticks alone leave one or two labels: 1-2-5 steps.
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
@@ -190,13 +193,36 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
         _suptitle(fig, f"{conditions(run)}\nreconfiguration times (run {run.name})")
         out.append((f"{run.name}-cdf", fig))
 
+        # What labd adds to the switch's own time: a fraction of a millisecond that the CDF
+        # above cannot show beside times of tens of milliseconds.
+        added = {switch: sorted(values.get((switch, None, "switching - truth"), []))
+                 for switch in switches}
+        added = {switch: v for switch, v in added.items() if v}
+        if added:
+            fig, panels = _panels(len(added), 1)
+            for (switch, ordered), (ax, strip) in zip(added.items(), panels, strict=True):
+                ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))],
+                        where="post", color="C3", gid=f"{switch}-added",
+                        label=f"labd's switching time - emulator's truth (n = {len(ordered)})")
+                if ordered[0] <= 0:
+                    ax.axvline(0, color="grey", linewidth=0.8, linestyle=":")
+                _x_scale(ax, ordered)
+                ax.set_ylim(0, 1.02)
+                ax.set_xlabel("ms labd adds to the switch's own time")
+                ax.set_ylabel("fraction of changes")
+                ax.set_title(switch_label(run, switch, sep="\n"))
+                ax.grid(True, which="both", alpha=0.3)
+                _legend(ax, strip)
+            _suptitle(fig, f"{conditions(run)}\nlabd - truth per change (run {run.name})")
+            out.append((f"{run.name}-added", fig))
+
         summary = summarise(rows)
         sizes: dict[str, list[int]] = {}
         for switch, k, figure in summary:
             if figure == "device":
                 sizes.setdefault(switch, []).append(k)
         if any(len(ks) > 1 for ks in sizes.values()):
-            fig, panels = _panels(len(sizes), 5)
+            fig, panels = _panels(len(sizes), 6)
             for (switch, ks), (ax, strip) in zip(sorted(sizes.items()), panels, strict=True):
                 _batch_panel(ax, summary, switch, sorted(ks))
                 ax.set_title(switch_label(run, switch, sep="\n"))
@@ -217,6 +243,8 @@ def _batch_panel(ax: Axes, summary: dict[tuple[str, int, str], dict[str, float]]
 
     device = [summary[(switch, k, "device")] for k in ks]
     ns = [int(s["n"]) for s in device]
+    ax.fill_between(ks, [s["p25"] for s in device], [s["p75"] for s in device], color="C0",
+                    alpha=0.2, linewidth=0, label="device p25 to p75 (the middle half)")
     ax.plot(ks, [s["p50"] for s in device], marker="o", color="C0",
             label=f"device p50 ({_n_text(ns)} per size)")
     solid = [enough(n, 99) for n in ns]

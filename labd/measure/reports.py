@@ -32,6 +32,7 @@ from labd.measure.stats import (
     compare_shares,
     compare_values,
     enough,
+    run_to_run,
 )
 from labd.vocabulary import PHASES, percentile
 
@@ -188,40 +189,73 @@ def model_check(rows: list[dict[str, Any]], timing: dict[str, Any]) -> Table:
     return table
 
 
+#: A kept run and its rows, as compare_table takes each side's runs.
+Kept = tuple[Run, list[dict[str, Any]]]
+
+
 def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run, rows_b: list[dict[str, Any]],
-                  *, full: bool = False, noise_ms: float = NOISE_MS) -> Table:
-    """Two runs side by side: each figure's p50 and p99 in both, and a verdict on the
-    difference from bootstrap intervals (labd.measure.stats) — per switch and figure, or
-    with ``full`` per batch size too."""
+                  *, full: bool = False, noise_ms: float = NOISE_MS,
+                  repeats_a: list[Kept] | None = None, repeats_b: list[Kept] | None = None
+                  ) -> Table:
+    """Two runs side by side: each figure's p50 and p99 in both, the difference with its
+    bootstrap interval, and a verdict (labd.measure.stats) — per switch and figure, or with
+    ``full`` per batch size too. ``repeats_a``/``repeats_b`` are further runs of each
+    set-up: pooled with it, and their spread is the run-to-run variation a difference is
+    held against (without them, the halves of each run stand in)."""
     failover = a.kind == "failover"
-    if failover:
-        first, second = failover_values(rows_a), failover_values(rows_b)
-    else:
-        first, second = figure_values(rows_a, full=full), figure_values(rows_b, full=full)
-    table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms",
-                  caption=f"95 % bootstrap intervals of {b.name} - {a.name} ({RESAMPLES:,} "
-                          f"resamples, seed {SEED}); a difference under {noise_ms:g} ms is "
-                          "noise whatever its interval")
+    side_a, side_b = [(a, rows_a), *(repeats_a or [])], [(b, rows_b), *(repeats_b or [])]
+
+    def values(rows: list[dict[str, Any]]) -> dict[tuple[str, int | None, str], list[float]]:
+        return failover_values(rows) if failover else figure_values(rows, full=full)
+
+    runs_a, runs_b = [values(rows) for _, rows in side_a], [values(rows) for _, rows in side_b]
+    first, second = _pooled(runs_a), _pooled(runs_b)
+    name_a, name_b = _side_name(side_a), _side_name(side_b)
+    repeated = len(side_a) > 1 or len(side_b) > 1
+    table = Table(title=f"{name_a} ({conditions(a)}) → {name_b} ({conditions(b)}); ms",
+                  caption=f"{name_b} - {name_a}: 95 % bootstrap interval; within noise "
+                          f"under {noise_ms:g} ms or the run-to-run variation ("
+                          + ("between repeats" if repeated else "between each run's halves: "
+                             "repeat each set-up for a better one") + ")")
     by_k = full and not failover
     columns = ["drill" if failover else "switch", *(["k"] if by_k else []),
-               "stage" if failover else "figure", "n", a.name, b.name, "verdict"]
+               "stage" if failover else "figure", "n", name_a, name_b, "Δ 95 % CI",
+               "verdict"]
     for column in columns:
-        table.add_column(column, justify="right" if column in ("k", "n", a.name, b.name)
-                         else "left")
+        table.add_column(column, justify="left" if column in (
+            "drill", "switch", "stage", "figure", "verdict") else "right")
     # One command moves the light in both: the switching time is the device time again.
-    same = set() if failover else _switching_is_device(rows_a) & _switching_is_device(rows_b)
+    same = set() if failover else (_switching_is_device(rows_a)
+                                   & _switching_is_device(rows_b))
     for key in sorted(set(first) | set(second), key=lambda g: (
             g[0], g[1] or 0, figure_order(g[2]), g[2])):
         if key[2] == "switching" and key[0] in same and not full:
             continue
         x, y = first.get(key, []), second.get(key, [])
         for q in (50, 99):
-            said = compare_values(x, y, q, names=(a.name, b.name), noise_ms=noise_ms)
+            spreads = [run_to_run([run.get(key, []) for run in side], q)
+                       for side in (runs_a, runs_b)]
+            said = compare_values(x, y, q, names=(name_a, name_b), noise_ms=noise_ms,
+                                  spread=max((s for s in spreads if s is not None),
+                                             default=None))
             table.add_row(key[0], *([str(key[1])] if by_k else []), f"{key[2]} p{q}",
-                          f"{len(x)} / {len(y)}",
-                          *(DASH if v is None else f"{v:.3f}" for v in (said.a, said.b)),
-                          said.verdict)
+                          f"{len(x)}/{len(y)}",
+                          *(DASH if v is None else f"{v:.2f}" for v in (said.a, said.b)),
+                          said.interval, said.word)
     return table
+
+
+def _pooled(runs: list[dict[tuple[str, int | None, str], list[float]]]
+            ) -> dict[tuple[str, int | None, str], list[float]]:
+    pooled: dict[tuple[str, int | None, str], list[float]] = {}
+    for run in runs:
+        for key, values in run.items():
+            pooled.setdefault(key, []).extend(values)
+    return pooled
+
+
+def _side_name(side: list[Kept]) -> str:
+    return side[0][0].name + (f" +{len(side) - 1}" if len(side) > 1 else "")
 
 
 def failover_values(rows: list[dict[str, Any]]
@@ -271,7 +305,8 @@ def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
     iteration, each with a verdict from bootstrap intervals as compare_table gives."""
     table = Table(title=f"{a.name} ({conditions(a)}) → {b.name} ({conditions(b)}); ms",
                   caption=f"95 % bootstrap intervals of {b.name} - {a.name} ({RESAMPLES:,} "
-                          f"resamples, seed {SEED}); a difference under {noise_ms:g} ms, or "
+                          f"resamples, seed {SEED}); a difference under {noise_ms:g} ms or "
+                          "the run-to-run variation (between each run's halves), or under "
                           f"{NOISE_SHARE * 100:g} points of the share hidden, is noise "
                           "whatever its interval")
     for column in ("mode", "figure", "n", a.name, b.name, "verdict"):
@@ -289,7 +324,10 @@ def compare_schedules(a: Run, rows_a: list[dict[str, Any]], b: Run,
         for key, label in SCHEDULE_FIGURES:
             xs, ys = x.get(key, []), y.get(key, [])
             for q in (50, 99):
-                said = compare_values(xs, ys, q, names=(a.name, b.name), noise_ms=noise_ms)
+                spreads = [run_to_run([values], q) for values in (xs, ys)]
+                said = compare_values(xs, ys, q, names=(a.name, b.name), noise_ms=noise_ms,
+                                      spread=max((s for s in spreads if s is not None),
+                                                 default=None))
                 table.add_row(mode, f"{label} p{q}", f"{len(xs)} / {len(ys)}",
                               *(DASH if v is None else f"{v:.3f}" for v in (said.a, said.b)),
                               said.verdict)

@@ -9,8 +9,11 @@ The intervals are percentile bootstraps: each run's values are resampled with re
 (``RESAMPLES`` times, from a fixed seed so that the same runs always read the same), the
 percentile taken of each resample, and the 2.5th and 97.5th percentiles of B's minus A's
 are the 95 % interval of the difference. A bootstrap sees only the spread within each run,
-not how a machine's load differs from one run to the next, so a difference smaller than a
-floor (``noise_ms``) is called noise even where the interval excludes zero.
+not how a machine's load differs from one run to the next, so a difference is also held
+against the run-to-run variation (:func:`run_to_run`): how far the figure moves between
+repeats of one set-up where there are repeats, else between the halves of each run. A
+difference smaller than that, or than a floor (``noise_ms``), is "within noise" even
+where the interval excludes zero.
 
 A share (how often a schedule's reconfiguration was hidden) is compared the same way: each
 run's true-or-false values resampled, the interval on the difference of the shares, and a
@@ -65,6 +68,28 @@ def bootstrap_difference(a: Sequence[float], b: Sequence[float], q: float, *,
     return float(low), float(high)
 
 
+def run_to_run(runs: Sequence[Sequence[float]], q: float) -> float | None:
+    """How far the q-th percentile moves between runs of one set-up: the larger of the
+    range of the runs' own percentiles (where there are several) and the difference
+    between the two halves (in the order measured) of any one run, since load that comes
+    and goes moves a figure within a run as well as between runs; None where no part is
+    long enough for the percentile."""
+    runs = [list(values) for values in runs if len(values)]
+    found = [_range([run[:len(run) // 2], run[len(run) // 2:]], q) for run in runs]
+    if len(runs) > 1:
+        found.append(_range(runs, q))
+    return max((f for f in found if f is not None), default=None)
+
+
+def _range(parts: Sequence[Sequence[float]], q: float) -> float | None:
+    from labd.vocabulary import percentile
+
+    if not all(enough(len(part), q) for part in parts):
+        return None
+    figures = [percentile(part, q) for part in parts]
+    return max(figures) - min(figures)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One figure's percentile in two runs, and what can be said of the difference."""
@@ -81,14 +106,32 @@ class Comparison:
     delta: float | None = None
     low: float | None = None
     high: float | None = None
+    noise: float | None = None
+    """The largest difference called noise: the floor, or the run-to-run variation."""
+
+    @property
+    def word(self) -> str:
+        """The verdict in a word, for a table's narrow column: ``slower``, ``faster``,
+        ``noise``, ``too few`` or ``only in …``."""
+        if self.delta is None:
+            return "too few" if "too few" in self.verdict else self.verdict
+        return ("faster", "noise", "slower")[self.direction + 1]
+
+    @property
+    def interval(self) -> str:
+        """The 95 % interval of the difference, compactly, as ``+4.90..+5.10``."""
+        if self.low is None or self.high is None:
+            return DASH
+        return f"{self.low:+.2f}..{self.high:+.2f}"
 
 
 def compare_values(a: Sequence[float], b: Sequence[float], q: float, *, names: tuple[str, str]
-                   = ("A", "B"), noise_ms: float = NOISE_MS, resamples: int = RESAMPLES,
-                   seed: int = SEED) -> Comparison:
+                   = ("A", "B"), noise_ms: float = NOISE_MS, spread: float | None = None,
+                   resamples: int = RESAMPLES, seed: int = SEED) -> Comparison:
     """A's and B's q-th percentile and the verdict on the difference, in words: ``B is
-    slower by …`` or ``B is faster by …`` with the interval, ``no difference beyond
-    noise``, or why nothing can be said (too few values, or the figure in one run only)."""
+    slower by …`` or ``B is faster by …`` with the interval, ``within noise``, or why
+    nothing can be said (too few values, or the figure in one run only). ``spread`` is the
+    run-to-run variation (:func:`run_to_run`): a difference under it is noise too."""
     from labd.vocabulary import percentile
 
     n_a, n_b = len(a), len(b)
@@ -105,14 +148,16 @@ def compare_values(a: Sequence[float], b: Sequence[float], q: float, *, names: t
     pa, pb = percentile(a, q), percentile(b, q)
     delta = pb - pa
     low, high = bootstrap_difference(a, b, q, resamples=resamples, seed=seed)
-    if low <= 0 <= high or abs(delta) < noise_ms:
-        return Comparison(q, n_a, n_b, pa, pb, f"no difference beyond noise (Δ {delta:+.3f}, "
-                          f"95 % CI {low:+.3f} to {high:+.3f})", 0, delta, low, high)
+    noise = max(noise_ms, spread or 0.0)
+    if low <= 0 <= high or abs(delta) <= noise:
+        return Comparison(q, n_a, n_b, pa, pb, f"within noise (Δ {delta:+.3f}, 95 % CI "
+                          f"{low:+.3f} to {high:+.3f}; noise {noise:.3f})", 0, delta, low,
+                          high, noise)
     if delta > 0:
         return Comparison(q, n_a, n_b, pa, pb, f"{names[1]} is slower by {delta:.3f} ms "
-                          f"(95 % CI {low:.3f}{DASH}{high:.3f})", 1, delta, low, high)
+                          f"(95 % CI {low:.3f}{DASH}{high:.3f})", 1, delta, low, high, noise)
     return Comparison(q, n_a, n_b, pa, pb, f"{names[1]} is faster by {-delta:.3f} ms "
-                      f"(95 % CI {-high:.3f}{DASH}{-low:.3f})", -1, delta, low, high)
+                      f"(95 % CI {-high:.3f}{DASH}{-low:.3f})", -1, delta, low, high, noise)
 
 
 #: A share differing by less than this (5 points in 100) is no difference, whatever its
@@ -171,7 +216,7 @@ def compare_shares(a: Sequence[bool], b: Sequence[bool], *, what: str = "true",
              f"{DASH}{max(abs(low), abs(high)) * 100:.1f})"
     if low <= 0 <= high or abs(delta) < noise:
         return ShareComparison(n_a, n_b, share_a, share_b,
-                               f"no difference beyond noise (Δ {delta * 100:+.1f} points, "
+                               f"within noise (Δ {delta * 100:+.1f} points, "
                                f"95 % CI {low * 100:+.1f} to {high * 100:+.1f})",
                                0, delta, low, high)
     more = "more" if delta > 0 else "less"

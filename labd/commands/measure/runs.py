@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,7 +23,10 @@ from labd.commands.measure.options import (
     outputs,
 )
 from labd.commands.measure.schedule import schedule_report
-from labd.errors import LabdError
+from labd.errors import LabdError, RunError
+
+if TYPE_CHECKING:
+    from labd.measure.runs import Run, RunStore
 
 
 def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
@@ -44,6 +47,26 @@ def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
     finally:
         store.close()
     console.print(table)
+
+
+def parameters(params: dict[str, Any]) -> Table:
+    """A run's parameters, one a line: nested values as ``key value`` pairs, lists joined,
+    what was not set left out."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+
+    def shown(value: Any) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{k} {shown(v)}" for k, v in value.items() if v is not None)
+        if isinstance(value, list | tuple):
+            return ", ".join(map(shown, value)) or "none"
+        return json.dumps(value) if isinstance(value, str) and not value.strip() else str(value)
+
+    for key, value in params.items():
+        if value is not None and value != {}:
+            grid.add_row(f"  {key}", shown(value))
+    return grid
 
 
 def measure_show(
@@ -70,7 +93,8 @@ def measure_show(
         rows = store.rows(measured)
         console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
                       f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
-                      f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
+                      f"(sha256 {measured.lab_sha256[:12]})")
+        console.print(parameters(measured.params))
         if check and measured.kind != "reconfig":
             raise LabdError(f"--check: run {name} is a {measured.kind} run; only a reconfig "
                             "run has a truth check")
@@ -94,32 +118,56 @@ def measure_show(
 
 
 def measure_compare(
-    first: Annotated[str, typer.Argument(help="The run to compare against (A).")],
-    second: Annotated[str, typer.Argument(help="The run compared (B).")],
+    first: Annotated[str, typer.Argument(
+        help="The run to compare against (A); repeats of its set-up after commas (a1,a2).")],
+    second: Annotated[str, typer.Argument(
+        help="The run compared (B); repeats of its set-up after commas (b1,b2).")],
     runs: RunsOption = "labd-runs.sqlite",
     full: FullOption = False,
     noise_ms: Annotated[float, typer.Option(
-        min=0, help="A difference smaller than this (ms) is noise, whatever its interval: "
-                    "a bootstrap sees the spread within each run, not between runs.")] = 0.5,
+        min=0, help="A difference smaller than this (ms) is noise, whatever its interval.")]
+    = 0.5,
 ) -> None:
-    """Two runs side by side: every figure's p50 and p99 in both, a 95 % bootstrap interval
-    of the difference and a verdict: no difference beyond noise, or B slower or faster by
-    how much."""
+    """Two set-ups side by side: every figure's p50 and p99 in both, a 95 % bootstrap
+    interval of the difference and a verdict: within noise, or B slower or faster. A
+    difference is held against the run-to-run variation: between repeats of a set-up where
+    given (a1,a2 b1,b2), else between the halves of each run."""
     from labd.measure.reconfig import compare_schedules, compare_table
     from labd.measure.runs import RunStore
 
     store = RunStore(runs)
     try:
-        a, b = store.get(first), store.get(second)
-        if a.kind != b.kind:
-            raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
+        side_a, side_b = _side(store, first), _side(store, second)
+        a, b = side_a[0], side_b[0]
+        kinds = {run.kind for run in (*side_a, *side_b)}
+        if len(kinds) > 1:
+            raise LabdError("runs of one kind only: " + ", ".join(
+                f"{run.name} is a {run.kind} run" for run in (*side_a, *side_b)))
         if a.kind == "schedule":
+            if len(side_a) > 1 or len(side_b) > 1:
+                raise LabdError("schedule runs are compared one to one (no repeats)")
             console.print(compare_schedules(a, store.rows(a), b, store.rows(b),
                                             noise_ms=noise_ms))
         else:
-            console.print(compare_table(a, store.rows(a), b, store.rows(b), full=full,
-                                        noise_ms=noise_ms))
+            console.print(compare_table(
+                a, store.rows(a), b, store.rows(b), full=full, noise_ms=noise_ms,
+                repeats_a=[(run, store.rows(run)) for run in side_a[1:]],
+                repeats_b=[(run, store.rows(run)) for run in side_b[1:]]))
     except LabdError as exc:
         raise fail(str(exc)) from None
     finally:
         store.close()
+
+
+def _side(store: RunStore, names: str) -> list[Run]:
+    """The runs a compare argument names: one run, or repeats of one set-up after commas
+    (a name that holds a comma itself is taken whole when a run has it)."""
+    try:
+        return [store.get(names)]
+    except RunError:
+        if "," not in names:
+            raise
+    parts = [part.strip() for part in names.split(",")]
+    if len(set(parts)) != len(parts) or not all(parts):
+        raise LabdError(f"{names!r}: name each run once, after commas")
+    return [store.get(part) for part in parts]
