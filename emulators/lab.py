@@ -19,6 +19,7 @@ from emulators.physics.meters import MeterModel
 from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
 from emulators.physics.timing import TimingModel
 from emulators.wire.faults import METER_FAULT_KINDS, Faults, parse_fault
+from emulators.wire.hislip import HislipEndpoint
 from emulators.wire.server import Endpoint, Interface
 
 
@@ -69,7 +70,7 @@ class OpticsSpec:
 @dataclass
 class ServeSpec:
     port: int = 0
-    serve: str = "tcp"  # or "pty"
+    serve: str = "tcp"  # or "pty", or "hislip" (an SCPI interface as VISA's TCPIP INSTR)
 
 
 @dataclass
@@ -120,7 +121,7 @@ class EmulatedLab:
         self.devices: dict[str, Device] = {s.id: build_device(s) for s in specs}
         self.optics = self._wire(optics) if optics is not None else None
         self.endpoints: dict[str, dict[str, str]] = {}
-        self._servers: dict[str, list[Endpoint]] = {}
+        self._servers: dict[str, list[Endpoint | HislipEndpoint]] = {}
         self._control = control
         self._control_host, self._control_port = control_host, control_port
         self.control_url = ""
@@ -155,8 +156,13 @@ class EmulatedLab:
                 servers = []
                 for iface_name, iface in device.interfaces().items():
                     where = spec.serve.get(iface_name, ServeSpec())
-                    endpoint = Endpoint(iface, device.faults, host=spec.host, port=where.port,
-                                        serve=where.serve)
+                    endpoint: Endpoint | HislipEndpoint
+                    if where.serve == "hislip":
+                        endpoint = HislipEndpoint(iface, device.faults, host=spec.host,
+                                                  port=where.port)
+                    else:
+                        endpoint = Endpoint(iface, device.faults, host=spec.host,
+                                            port=where.port, serve=where.serve)
                     await endpoint.start()
                     servers.append(endpoint)
                 self._servers[spec.id] = servers

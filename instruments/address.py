@@ -1,5 +1,8 @@
 """Instrument addresses: ``tcp://host:port``, ``serial:///dev/ttyUSB0?baud=115200``, ``visa://RESOURCE``.
 
+``usbtmc:///dev/usbtmc0`` reaches a USB test-and-measurement device through the kernel's
+driver (:mod:`instruments.transports.usbtmc`).
+
 ``memory://NAME`` reaches a device played in the same process
 (:mod:`instruments.transports.memory`).
 
@@ -41,7 +44,7 @@ def parse_address(text: str) -> Address:
     if "://" not in text:
         raise AddressError(
             f"address {text!r} has no scheme; expected tcp://HOST:PORT, "
-            "serial:///dev/PATH?baud=N or visa://RESOURCE"
+            "serial:///dev/PATH?baud=N, visa://RESOURCE or usbtmc:///dev/usbtmcN"
         )
     scheme, rest = text.split("://", 1)
     scheme = scheme.lower()
@@ -75,5 +78,10 @@ def parse_address(text: str) -> Address:
         if "baud" in options and not options["baud"].isdigit():
             raise AddressError(f"address {text!r}: baud must be a whole number")
         return Address("serial", path, None, options)
+    if scheme == "usbtmc":
+        if not rest.startswith("/") or "?" in rest:
+            raise AddressError(f"address {text!r}: expected the device's absolute path, e.g. "
+                               "usbtmc:///dev/usbtmc0")
+        return Address("usbtmc", rest)
     raise AddressError(f"address {text!r}: unknown scheme {scheme!r}; expected tcp, serial, "
-                       "visa or memory")
+                       "visa, usbtmc or memory")

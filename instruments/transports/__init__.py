@@ -1,4 +1,4 @@
-"""Async byte transports: one small contract, four implementations.
+"""Async byte transports: one small contract, five implementations.
 
 Every transport opens, writes bytes, reads up to a separator or an exact count, and closes.
 Timeouts are not the transport's business: :class:`instruments.link.Link` bounds every read.
@@ -27,6 +27,10 @@ def make_transport(address: str | Address, *, timeout: float = 2.0) -> Transport
         from instruments.transports.visa import VisaTransport
 
         return VisaTransport(addr, timeout=timeout)
+    if addr.scheme == "usbtmc":
+        from instruments.transports.usbtmc import UsbtmcTransport
+
+        return UsbtmcTransport(addr, timeout=timeout)
     if addr.scheme == "memory":
         from instruments.transports.memory import MemoryTransport
 

@@ -44,9 +44,10 @@ class EmulatorSettings(Strict):
     jitter_ms: float | None = Field(default=None, ge=0)
     per_pair_ms: float | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
-    serve: Literal["tcp", "pty"] | None = None
-    """Where the emulator listens: a TCP port or a pty (a serial line). Default: pty for
-    serial devices (the mesh's driver board), TCP otherwise."""
+    serve: Literal["tcp", "pty", "hislip"] | None = None
+    """Where the emulator listens: a TCP port, a pty (a serial line), or HiSLIP (an SCPI
+    instrument as VISA's ``TCPIP::…::INSTR``, reached by the daemon through pyvisa).
+    Default: pty for serial devices (the mesh's driver board), TCP otherwise."""
     options: dict[str, Any] = Field(default_factory=dict, max_length=64)
     """Device options of the emulator (the protocols' [?] items): see docs/emulators.md."""
 
