@@ -100,9 +100,12 @@ def build_device(spec: EmulatorSpec) -> Device:
 
 
 def timing_for(spec: EmulatorSpec) -> TimingModel:
-    """The timing model a spec asks for: its technology's defaults, then its overrides."""
+    """The timing model a spec asks for: its profile's or its technology's defaults, then
+    its overrides."""
     values = dict(spec.timing)
     technology = values.pop("technology", KINDS[spec.kind][2])
+    if (profile := values.pop("profile", None)) is not None:
+        return TimingModel.for_profile(profile, **values)
     return TimingModel.for_technology(technology, **values)
 
 

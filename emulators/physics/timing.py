@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,12 +19,54 @@ TECHNOLOGY_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
+@dataclass(frozen=True)
+class Profile:
+    """A switch's time as a publication measured it: the mean per batch size (pairs, ms),
+    and a tail, exponential with mean ``tail_ms``, that puts the p99 where it was measured
+    (for a shifted exponential, p99 - mean = ln(100) - 1 = 3.605 tail means)."""
+
+    technology: str
+    pairs_ms: tuple[tuple[int, float], ...]
+    tail_ms: float
+    source: str
+
+
+#: Published timings (docs/emulators.md, "Timing profiles").
+PROFILES: dict[str, Profile] = {
+    # MixNet (SIGCOMM 2025), a Polatis driven over TL1, command to done: 1 pair 41.44 ms
+    # mean with its p99 near 60 ms; 4 pairs 42.44; 16 pairs 46.75; 99 % under 70 ms.
+    "mixnet-polatis-tl1": Profile("beam-steering", ((1, 41.44), (4, 42.44), (16, 46.75)),
+                                  tail_ms=(60.0 - 41.44) / 3.605,
+                                  source="MixNet, SIGCOMM 2025: Polatis over TL1"),
+}
+
+
+#: NIC link-up after a circuit change, as published: (mean s, p99 s, source).
+LINK_UP_PROFILES: dict[str, tuple[float, float, str]] = {
+    "mixnet": (5.67, 6.33, "MixNet, SIGCOMM 2025: OCS done to NIC active"),
+}
+
+
+def link_up_draw(name: str, rng: random.Random) -> Callable[[], float]:
+    """Seconds from light to link, drawn as the profile measured them (a shifted
+    exponential with its mean and p99)."""
+    if name not in LINK_UP_PROFILES:
+        raise ValueError(f"unknown link-up profile {name!r}; known: "
+                         f"{', '.join(LINK_UP_PROFILES)}")
+    mean, p99, _ = LINK_UP_PROFILES[name]
+    tail = (p99 - mean) / 3.605
+    return lambda: mean - tail + rng.expovariate(1 / tail)
+
+
 @dataclass
 class TimingModel:
     """Settling time of one batch = switch_time + per_pair * (pairs - 1) + jitter.
 
     Mirrors in one batch move in parallel, so a batch costs about one switching time; the
     jitter is drawn uniformly from [-jitter, +jitter] and the total never goes below zero.
+    A model from a :class:`Profile` takes its mean per batch size from the measured points
+    instead (straight lines between them, the last one carried on) and draws the rest from
+    its tail.
     """
 
     switch_time_ms: float = 25.0
@@ -31,6 +74,7 @@ class TimingModel:
     per_pair_ms: float = 0.0
     technology: str = "beam-steering"
     seed: int | None = None
+    profile: str | None = None
     _rng: random.Random = field(default_factory=random.Random, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -44,10 +88,36 @@ class TimingModel:
         values = {**TECHNOLOGY_DEFAULTS[technology], **overrides}
         return cls(technology=technology, **values)
 
+    @classmethod
+    def for_profile(cls, name: str, **overrides: Any) -> TimingModel:
+        """The model of a published profile; ``overrides`` (switch_time_ms, …) leave the
+        profile for a plain model, as a PUT of the timing does."""
+        if name not in PROFILES:
+            raise ValueError(f"unknown timing profile {name!r}; known: {', '.join(PROFILES)}")
+        profile = PROFILES[name]
+        (first, first_ms), (last, last_ms) = profile.pairs_ms[0], profile.pairs_ms[-1]
+        model = cls(technology=profile.technology, switch_time_ms=first_ms, jitter_ms=0.0,
+                    per_pair_ms=(last_ms - first_ms) / max(last - first, 1),
+                    seed=overrides.pop("seed", None), profile=name)
+        model.update(**overrides)
+        return model
+
+    def mean_ms(self, pairs: int) -> float:
+        if self.profile is None:
+            return self.switch_time_ms + self.per_pair_ms * (pairs - 1)
+        points = PROFILES[self.profile].pairs_ms
+        for (n0, ms0), (n1, ms1) in itertools.pairwise(points):
+            if pairs <= n1 or (n1, ms1) == points[-1]:
+                return ms0 + (ms1 - ms0) * (pairs - n0) / (n1 - n0)
+        return points[0][1]
+
     def sample_ns(self, pairs: int) -> int:
         if pairs <= 0:
             return 0
-        ms = self.switch_time_ms + self.per_pair_ms * (pairs - 1)
+        ms = self.mean_ms(pairs)
+        if self.profile is not None:
+            tail = PROFILES[self.profile].tail_ms
+            ms += self._rng.expovariate(1 / tail) - tail
         if self.jitter_ms:
             ms += self._rng.uniform(-self.jitter_ms, self.jitter_ms)
         return max(0, int(ms * 1e6))
@@ -58,6 +128,8 @@ class TimingModel:
                 if float(values[key]) < 0:
                     raise ValueError(f"{key} must be ≥ 0, got {values[key]}")
                 setattr(self, key, float(values[key]))
+                if key != "jitter_ms":
+                    self.profile = None  # a time set by hand is no longer the profile's
         if values.get("seed") is not None:
             self.seed = int(values["seed"])
             self._rng = random.Random(self.seed)

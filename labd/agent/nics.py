@@ -38,14 +38,17 @@ class SysfsNics:
 
 class EmulatedNics:
     """Link up once the light at the endpoint has stayed above ``threshold_dbm`` for
-    ``link_up_s``; down as soon as it drops."""
+    ``link_up_s`` (a number, or a draw for each time the light arrives); down as soon as
+    it drops."""
 
     def __init__(self, endpoints: list[str], light_dbm: Callable[[str], float], *,
-                 threshold_dbm: float = -30.0, link_up_s: float = 0.0) -> None:
+                 threshold_dbm: float = -30.0,
+                 link_up_s: float | Callable[[], float] = 0.0) -> None:
         self.endpoints = endpoints
         self.light_dbm = light_dbm
         self.threshold = threshold_dbm
-        self.link_up_ns = int(link_up_s * 1e9)
+        self._draw = link_up_s if callable(link_up_s) else (lambda: float(link_up_s))
+        self._up_after: dict[str, int] = {}
         self._lit_since: dict[str, int | None] = dict.fromkeys(endpoints)
         self.down: set[str] = set()
         """Endpoints forced down (a NIC-down fault)."""
@@ -57,8 +60,8 @@ class EmulatedNics:
         if self.dead:
             return False
         now = time.monotonic_ns()
-        return any(since is not None and now - since < self.link_up_ns
-                   for since in self._lit_since.values())
+        return any(since is not None and now - since < self._up_after.get(endpoint, 0)
+                   for endpoint, since in self._lit_since.items())
 
     def links(self) -> dict[str, bool]:
         if self.dead:
@@ -71,6 +74,7 @@ class EmulatedNics:
                 self._lit_since[endpoint] = None
             elif self._lit_since[endpoint] is None:
                 self._lit_since[endpoint] = now
+                self._up_after[endpoint] = int(self._draw() * 1e9)
             since = self._lit_since[endpoint]
-            out[endpoint] = since is not None and now - since >= self.link_up_ns
+            out[endpoint] = since is not None and now - since >= self._up_after[endpoint]
         return out

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from emulators.lab import EmulatedLab, EmulatorSpec, OpticsSpec, ServeSpec, build_device
 from emulators.physics.optics import EndpointSpec, FiberSpec, OpticalModel
+from emulators.physics.timing import link_up_draw
 from instruments.switch import parse_size
 from labd.agent.backends import EmulatedBackend
 from labd.agent.nics import NIC_POLL_S, EmulatedNics
@@ -153,6 +155,14 @@ class NicLight:
         return value if value is not None else self.optics.dbm_now(node)
 
 
+def link_up(host: HostEntry) -> float | Callable[[], float]:
+    """A host's NIC link-up time: fixed, or drawn from a published profile (seeded by the
+    host's name, so a replay draws the same times)."""
+    if isinstance(host.link_up_ms, str):
+        return link_up_draw(host.link_up_ms, random.Random(host.id))
+    return host.link_up_ms / 1000
+
+
 class EmulatedHost:
     """A GPU host in emulation: ``labd agent`` with emulated GPUs, run in this process."""
 
@@ -167,7 +177,7 @@ class EmulatedHost:
         # NIC links follow the light the optical model delivers to the host's endpoints.
         self.nics = EmulatedNics(host.nics, light.dbm,
                                  threshold_dbm=lab.lab.light_threshold_dbm,
-                                 link_up_s=host.link_up_ms / 1000) if light else None
+                                 link_up_s=link_up(host)) if light else None
         # Every job of the lab runs the emulated trainer here.
         jobs = {job.id: emulated_job_command(job.emulator.init_ms, job.emulator.step_ms)
                 for job in lab.job}

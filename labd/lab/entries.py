@@ -44,6 +44,9 @@ class EmulatorSettings(Strict):
     jitter_ms: float | None = Field(default=None, ge=0)
     per_pair_ms: float | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
+    profile: Literal["mixnet-polatis-tl1"] | None = None
+    """A switch's time as a publication measured it (docs/emulators.md, "Timing profiles");
+    ``switch_time_ms``/``per_pair_ms`` given beside it replace it, ``jitter_ms`` adds."""
     serve: Literal["tcp", "pty", "hislip"] | None = None
     """Where the emulator listens: a TCP port, a pty (a serial line), or HiSLIP (an SCPI
     instrument as VISA's ``TCPIP::…::INSTR``, reached by the daemon through pyvisa).
@@ -54,7 +57,7 @@ class EmulatorSettings(Strict):
     def timing(self) -> dict[str, Any]:
         values = {"technology": self.technology, "switch_time_ms": self.switch_time_ms,
                   "jitter_ms": self.jitter_ms, "per_pair_ms": self.per_pair_ms,
-                  "seed": self.seed}
+                  "seed": self.seed, "profile": self.profile}
         return {k: v for k, v in values.items() if v is not None}
 
 
@@ -284,8 +287,9 @@ class HostEntry(Strict):
     """``labd emulate --mqtt URL`` plays this host: an agent with emulated GPUs."""
     heartbeat_s: float = Field(default=1.0, gt=0, le=60)
     """The agent's heartbeat interval."""
-    link_up_ms: float = Field(default=0.0, ge=0, le=60_000)
-    """Emulation: how long light must arrive before a NIC's link comes up."""
+    link_up_ms: Annotated[float, Field(ge=0, le=60_000)] | Literal["mixnet"] = 0.0
+    """Emulation: how long light must arrive before a NIC's link comes up; ``"mixnet"``
+    draws it from MixNet's measurement (5.67 s mean, p99 6.33 s: docs/emulators.md)."""
 
 
 def topology_links(topology: str, members: list[str]) -> list[tuple[str, str]]:
