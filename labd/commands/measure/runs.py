@@ -79,6 +79,11 @@ def measure_show(
         elif measured.kind == "failover":
             for table in failover_report(rows, None):
                 console.print(table)
+        elif measured.kind == "availability":
+            from labd.measure.availability_report import availability_report, model_of
+
+            for table in availability_report(measured, rows, model_of(measured.params, rows)):
+                console.print(table)
         else:
             console.print(summary_table(measured, rows, full=full))
         timing = measured.params.get("timing")
@@ -113,7 +118,13 @@ def measure_compare(
         a, b = store.get(first), store.get(second)
         if a.kind != b.kind:
             raise LabdError(f"{a.name} is a {a.kind} run and {b.name} a {b.kind} run")
-        if a.kind == "schedule":
+        if a.kind == "availability":
+            from labd.measure.availability_report import compare_availability
+
+            for table in compare_availability(a, store.rows(a), b, store.rows(b),
+                                              noise_ms=noise_ms):
+                console.print(table)
+        elif a.kind == "schedule":
             console.print(compare_schedules(a, store.rows(a), b, store.rows(b),
                                             noise_ms=noise_ms))
         else:
