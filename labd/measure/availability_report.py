@@ -40,7 +40,8 @@ def profile_params(profile: Profile) -> dict[str, Any]:
     return {"name": profile.name, "source": profile.source, "gpus": profile.gpus,
             "hours": profile.hours, "note": profile.note,
             "classes": [asdict(c) for c in profile.classes],
-            "events": [list(e) for e in profile.events] if profile.events else None}
+            "events": [list(e) for e in profile.events] if profile.events else None,
+            "per_host": profile.per_host}
 
 
 def profile_of(params: dict[str, Any]) -> Profile:
@@ -48,7 +49,7 @@ def profile_of(params: dict[str, Any]) -> Profile:
     return Profile(p["name"], p["source"], int(p["gpus"]), float(p["hours"]),
                    tuple(FailureClass(**c) for c in p["classes"]), p.get("note", ""),
                    tuple((float(h), str(c)) for h, c in p["events"]) if p.get("events")
-                   else None)
+                   else None, int(p.get("per_host", 8)))
 
 
 def inputs_params(inputs: ModelInputs) -> dict[str, Any]:
@@ -148,9 +149,13 @@ def replay_table(run: Run, rows: list[dict[str, Any]], model: Model) -> Table:
 def recovery_table(rows: list[dict[str, Any]], model: Model) -> Table:
     """The rig's recoveries per path, as the model draws them (seconds → ms)."""
     rec = model.recoveries
+    late = [r["late_s"] for r in rows if r.get("late_s")]
     table = Table(title="Measured recoveries (what the model draws from), ms",
                   caption="links up → first step is the emulated job's restart: the model "
-                          "takes the framework's restart from its inputs instead")
+                          "takes the framework's restart from its inputs instead"
+                          + (f"; {len(late)} of {len(rows)} failures were injected late (the "
+                             "last recovery and its compressed repair still going), by up "
+                             f"to {max(late):.2f} s" if late else ""))
     for column in ("path", "n", "detect p50", "detect p99", "switch p50", "rest p50",
                    "failure → links up p50", "p99"):
         table.add_column(column, justify="left" if column == "path" else "right")

@@ -64,6 +64,8 @@ class Profile:
     classes: tuple[FailureClass, ...]
     note: str = ""
     events: tuple[tuple[float, str], ...] | None = field(default=None, compare=False)
+    per_host: int = 8
+    """GPUs (or chips) per host in the source: a host's failure takes them all out."""
     """A CSV profile's events (hours from the start, class id), in order."""
 
     def rate(self, cls: FailureClass) -> float:
@@ -137,7 +139,7 @@ TPUV4 = Profile(
                      quoted="0.04 % of OCSes a day"),
     ),
     note="chips stand for GPUs; the pod's machine, cable and OCS counts are the paper's "
-         "4,096 chips, 1,024 machines, 6,144 cables and 48 OCSes")
+         "4,096 chips, 1,024 machines, 6,144 cables and 48 OCSes", per_host=4)
 
 BUILT_IN = {p.name: p for p in (LLAMA3_405B, TPUV4)}
 
@@ -186,7 +188,7 @@ def _path_and_signal(entry: dict[str, Any], where: str) -> tuple[str, str]:
 
 _CLASS_KEYS = {"id", "label", "count", "rate_per_gpu_hour", "path", "signal", "planned",
                "quoted"}
-_TOP_KEYS = {"name", "source", "gpus", "hours", "class", "note"}
+_TOP_KEYS = {"name", "source", "gpus", "hours", "class", "note", "gpus_per_host"}
 
 
 def profile_from_toml(data: dict[str, Any], where: str = "profile") -> Profile:
@@ -230,8 +232,12 @@ def profile_from_toml(data: dict[str, Any], where: str = "profile") -> Profile:
             count if count is not None else (rate or 0.0) * gpus * hours, path, signal,
             bool(entry.get("planned", False)),
             str(entry["quoted"]) if "quoted" in entry else None))
+    per_host = _number(data, "gpus_per_host", where, required=False) or 8
+    if per_host != int(per_host):
+        raise ProfileError(f"{where}: 'gpus_per_host' = {per_host:g}: expected a whole number")
     return Profile(str(data.get("name", Path(where).stem)), str(data.get("source", where)),
-                   int(gpus), hours, tuple(classes), str(data.get("note", "")))
+                   int(gpus), hours, tuple(classes), str(data.get("note", "")),
+                   per_host=int(per_host))
 
 
 def _from_csv(path: Path) -> Profile:

@@ -63,8 +63,9 @@ def measure_availability(
                                              "the profile's source's).")] = None,
     hours: Annotated[float | None, typer.Option(min=0.001, help="Hours of the modelled job "
                                                 "(default: the source's).")] = None,
-    gpus_per_host: Annotated[int, typer.Option(min=1, help="GPUs per host: a failure takes "
-                                               "its host out.")] = 8,
+    gpus_per_host: Annotated[int | None, typer.Option(
+        min=1, help="GPUs per host: a failure takes its host out (default: the profile's; 8 "
+                    "for llama3-405b, 4 chips for tpuv4).")] = None,
     checkpoint_min: Annotated[float, typer.Option(min=0.001, help="Minutes between "
                                                   "checkpoints.")] = 30.0,
     restart: Annotated[list[str] | None, typer.Option(
@@ -123,7 +124,8 @@ def measure_availability(
         except ValueError:
             raise fail(f"--link-up-s {link_up!r}: expected seconds or 'mixnet'") from None
     given = [option for option, value in (
-        ("job", gpus is not None or hours is not None), ("restart", restart),
+        ("job", gpus is not None or hours is not None or gpus_per_host is not None),
+        ("restart", restart),
         ("checkpoint", checkpoint_min != 30.0), ("link-up", link_up_s != 0),
         ("standby", standby_s is not None), ("repair", repair), ("spares", spares is not None),
         ("rate", rate_scale != 1.0)) if value]
@@ -143,7 +145,7 @@ def measure_availability(
             restart_s = _pairs(restart, "--restart")
             inputs = ModelInputs(
                 gpus=gpus or chosen.gpus, hours=hours or chosen.hours,
-                gpus_per_host=gpus_per_host, checkpoint_min=checkpoint_min,
+                gpus_per_host=gpus_per_host or chosen.per_host, checkpoint_min=checkpoint_min,
                 restart_s=_restart(restart_s), link_up_s=link_up_s,
                 repair_h=_pairs(repair, "--repair-h"), spares=spares, rate_scale=rate_scale,
                 standby_s=STANDBY_DEFAULT_S if standby_s is None else standby_s)

@@ -25,6 +25,10 @@ from labd.commands.measure.options import (
 from labd.commands.measure.schedule import schedule_report
 from labd.errors import LabdError
 
+#: Parameters too long for a line: the timing model (the table says it), and an
+#: availability run's profile and model inputs (its report's last table gives them).
+LONG_PARAMS = ("timing", "profile", "model", "modelled")
+
 
 def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
     """The runs kept, newest first."""
@@ -40,7 +44,7 @@ def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
                           f"{count}/{measured.planned}", measured.lab_name,
                           measured.started.strftime("%Y-%m-%d %H:%M:%S"),
                           ", ".join(f"{k}={v}" for k, v in measured.params.items()
-                                    if v is not None and k != "timing"))
+                                    if v is not None and k not in LONG_PARAMS))
     finally:
         store.close()
     console.print(table)
@@ -68,9 +72,10 @@ def measure_show(
     try:
         measured = store.get(name)
         rows = store.rows(measured)
+        short = {k: v for k, v in measured.params.items() if k not in LONG_PARAMS[1:]}
         console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
                       f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
-                      f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(measured.params)}")
+                      f"(sha256 {measured.lab_sha256[:12]}), {json.dumps(short)}")
         if check and measured.kind != "reconfig":
             raise LabdError(f"--check: run {name} is a {measured.kind} run; only a reconfig "
                             "run has a truth check")
