@@ -72,12 +72,15 @@ def _band(ax: Axes, xs: list[float], values: list[Estimate], unit: float, colour
 def _x_axis(ax: Axes, name: str) -> None:
     """Log for the switching time and the rate, symlog for counts from zero (the spare
     pool, link-up from 0 s)."""
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
 
     if name in ("ocs", "rate"):
         ax.set_xscale("log")
     elif name == "spares":
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(left=0)
+        # Each pool size swept is a tick: symlog would mark -1 and skip the powers of two.
+        ax.xaxis.set_major_locator(FixedLocator(list(SWEEPS[name][1])))
     else:
         return
     ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
