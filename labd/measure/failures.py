@@ -123,19 +123,22 @@ LLAMA3_405B = Profile(
 #: Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer ...", ISCA 2023: daily
 #: failure rates of 0.08 % of machines, 0.005 % of ICI cables and 0.04 % of OCSes. A pod:
 #: 4,096 chips on 1,024 machines of 4, 64 cubes of 4x4x4 each with 96 optical links
-#: (6,144 cables), 48 OCSes; counted here over one day of a pod.
+#: (6,144 cables), 48 OCSes. Counted here over 30 days of a pod (the daily rates times 30):
+#: one day of a pod sees less than one failure.
 _TPU_CHIPS, _TPU_MACHINES, _TPU_CABLES, _TPU_OCS = 4096, 1024, 6144, 48
+_TPU_DAYS = 30
 TPUV4 = Profile(
     name="tpuv4",
     source="Jouppi et al., \"TPU v4: An Optically Reconfigurable Supercomputer for Machine "
-           "Learning\", ISCA 2023 (daily failure rates; a 4,096-chip pod)",
-    gpus=_TPU_CHIPS, hours=24,
+           "Learning\", ISCA 2023 (daily failure rates; 30 days of a 4,096-chip pod)",
+    gpus=_TPU_CHIPS, hours=_TPU_DAYS * 24,
     classes=(
-        FailureClass("machine", "machine (host with 4 chips)", _TPU_MACHINES * 0.0008, "host",
+        FailureClass("machine", "machine (host with 4 chips)",
+                     _TPU_MACHINES * 0.0008 * _TPU_DAYS, "host",
                      quoted="0.08 % of machines a day"),
-        FailureClass("ici-cable", "ICI optical cable", _TPU_CABLES * 0.00005, "none",
-                     quoted="0.005 % of ICI cables a day"),
-        FailureClass("ocs", "optical circuit switch", _TPU_OCS * 0.0004, "none",
+        FailureClass("ici-cable", "ICI optical cable", _TPU_CABLES * 0.00005 * _TPU_DAYS,
+                     "none", quoted="0.005 % of ICI cables a day"),
+        FailureClass("ocs", "optical circuit switch", _TPU_OCS * 0.0004 * _TPU_DAYS, "none",
                      quoted="0.04 % of OCSes a day"),
     ),
     note="chips stand for GPUs; the pod's machine, cable and OCS counts are the paper's "

@@ -228,3 +228,27 @@ def test_model_inputs_out_of_range_are_refused_together() -> None:
         ModelInputs(gpus=8, hours=1, checkpoint_min=-1, link_up_s=float("nan")).check()
     with pytest.raises(ProfileError, match="--repair-h: no class gpu-x"):
         ModelInputs(gpus=8, hours=1, repair_h={"gpu-x": 1}).repair_of(LLAMA3_405B)
+
+
+_CELLS = st.one_of(st.sampled_from(["gpu", "host", "none", "xid79", "ecc", "", "1.5", "-2",
+                                    "nan", "2026-01-01T00:00:00", "2026-13-01"]),
+                   st.text(alphabet="abc,\"0123456789.:-T ", max_size=12))
+
+
+@settings(max_examples=200, deadline=None)
+@given(header=st.sampled_from(["# gpus: 64\n# hours: 10\n", "# gpus: 64\n", "# gpus: x\n",
+                               ""]),
+       columns=st.sampled_from(["at,class,path,signal", "at,class,path", "at,class", "when"]),
+       rows=st.lists(st.lists(_CELLS, min_size=1, max_size=4), max_size=4))
+def test_any_csv_profile_parses_or_is_refused_with_a_profile_error(
+        tmp_path_factory: pytest.TempPathFactory, header: str, columns: str,
+        rows: list[list[str]]) -> None:
+    path = tmp_path_factory.mktemp("csv") / "events.csv"
+    path.write_text(header + columns + "\n" + "".join(",".join(r) + "\n" for r in rows))
+    try:
+        profile = load_profile(str(path))
+    except ProfileError:
+        return
+    assert profile.events is not None and len(profile.events) == profile.total()
+    assert all(0 <= h <= profile.hours for h, _ in profile.events)
+    assert all(c.path in ("gpu", "host", "none") for c in profile.classes)

@@ -113,7 +113,11 @@ async def test_bad_input_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
     for args, words in ((["--repair-h", "gpu-x=2"], "--repair-h: no class gpu-x"),
                         (["--restart", "warmup"], "--restart 'warmup': expected NAME=NUMBER"),
                         (["--link-up-s", "soon"], "--link-up-s 'soon'"),
-                        (["--profile", "llama4"], "neither a built-in profile")):
+                        (["--profile", "llama4"], "neither a built-in profile"),
+                        # An hour of a TPU pod: no failure on a recovery path to drive.
+                        (["--profile", "tpuv4", "--hours", "0.01", "--seed", "1"],
+                         "has none with a recovery path on the rig"),
+                        (["--timelines", "nowhere.json"], "--timelines nowhere.json")):
         code, out, err = await run("measure", "availability", "--runs", str(runs), *args)
         assert code == 2, (args, out, err)
         # One message (the terminal's width may wrap it).

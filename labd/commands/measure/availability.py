@@ -157,6 +157,11 @@ def measure_availability(
                                seed=use_seed)
         except LabdError as exc:
             raise fail(str(exc)) from None
+        if not plan.failures and recovered is None:
+            raise fail(f"the draw of {len(trace)} failure(s) of profile {chosen.name} on "
+                       f"{inputs.gpus:,} GPUs over {inputs.hours:g} h has none with a recovery "
+                       "path on the rig to drive: model a longer or larger job (--hours, "
+                       "--gpus, --rate-scale) or draw again (--seed)")
         return {"profile_spec": profile, "lab": lab, "job": job, "seed": use_seed,
                 "traces": traces, "drive": drive, "minutes": minutes, "given": given,
                 "compression": None if recovered is not None else plan.compression,
