@@ -1,28 +1,31 @@
 """The availability model: what each failure of a training job costs under three ways of
 recovering from it, and the effective training time ratio (ETTR) that is left.
 
-A job of N GPUs on hosts of ``gpus_per_host`` runs for ``hours`` of wall-clock time and
-checkpoints every ``checkpoint_min``. A failure stops all of it. What it costs, in hours of
-the whole job (times N for GPU-hours):
+A job of N GPUs on hosts of ``gpus_per_host`` needs ``hours`` of training and checkpoints
+every ``checkpoint_min`` of it. Failures arrive while it trains, at the profile's rates per
+GPU-hour; each stops all of it. What one costs, in hours of the whole job (times N for
+GPU-hours):
 
 - **optical spare swap** (labd): the failure detected and a spare host switched in through
   the optical fabric, as measured on the rig (failure → every new link up), with the
   switch's time replaced by ``ocs_ms`` where that is given; then the NICs' link-up
-  (``link_up_s``), the framework's restart and the work since the last checkpoint;
+  (``link_up_s``), the framework's restart and the training since the last checkpoint;
 - **checkpoint restart after repair** (no spare): detection, the class's repair time, the
-  restart and the lost work;
+  restart and the lost training;
 - **standby without a fabric**: detection, moving the job onto a standby host by hand or
-  scheduler (``standby_s``: re-cabling, rescheduling), the restart and the lost work.
+  scheduler (``standby_s``: re-cabling, rescheduling), the restart and the lost training.
 
 The two that swap need a spare host: a pool of ``spares`` hosts, each swapped-out host
-going back to it once repaired; with none free, the failure costs what it costs without a
-spare. A class without a recovery path on the rig (``none``: software, a cable, planned
-work) costs the same under every strategy: its repair time (0 by default: restarted in
-place), the restart and, unless planned, the lost work.
+going back to it once repaired (on the wall clock: the training done and every hour lost
+before); with none free, the failure costs what it costs without a spare. A class without
+a recovery path on the rig (``none``: software, a cable, planned work) costs the same under
+every strategy: its repair time (0 by default: restarted in place), the restart and,
+unless planned, the lost training.
 
-ETTR is 1 - (hours lost) / ``hours``; its 95 % interval is over ``traces`` draws of the
-failure process (labd.measure.failures), each failure's measured recovery drawn from the
-rig's. Every strategy is costed on the same draws, so their difference is paired.
+ETTR is ``hours / (hours + hours lost)``: the training's share of the wall clock. Its 95 %
+interval is over ``traces`` draws of the failure process (labd.measure.failures), each
+failure's measured recovery drawn from the rig's. Every strategy is costed on the same
+draws, so their difference is paired.
 """
 
 from __future__ import annotations
@@ -182,33 +185,41 @@ class Recoveries:
         return self.detect_s[path][pick], switch + self.rest_s[path][pick]
 
 
-def spare_free(trace: Trace, uses_spare: np.ndarray, repair_h: np.ndarray, spares: int
-               ) -> np.ndarray:
-    """For each failure, whether a spare host was free for it: a pool of ``spares``, each
-    swap taking one and its swapped-out host coming back once repaired."""
+def swap_or_wait(trace: Trace, uses_spare: np.ndarray, repair_h: np.ndarray, spares: int,
+                 swap_h: np.ndarray, wait_h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each failure, whether a spare host was free for it, and what it cost (hours):
+    ``swap_h`` where one was, ``wait_h`` (no spare) where not. The pool holds ``spares``;
+    each swap takes one, and the swapped-out host comes back its repair time later, on the
+    wall clock (the training done plus every hour lost before)."""
     free = np.zeros(len(trace), dtype=bool)
+    lost = np.array(wait_h, dtype=float)
     if spares <= 0:
-        return free
-    back: list[float] = []  # when the hosts out for repair come back
-    pool = spares
-    for i in np.flatnonzero(uses_spare):
-        at = trace.hours[i]
-        while back and back[0] <= at:
-            heapq.heappop(back)
-            pool += 1
-        if pool > 0:
-            pool -= 1
-            free[i] = True
-            heapq.heappush(back, at + repair_h[trace.classes[i]])
-    return free
+        return free, lost
+    back: list[float] = []  # when the hosts out for repair come back, wall clock
+    pool, behind = spares, 0.0
+    for i in range(len(trace)):
+        wall = float(trace.hours[i]) + behind
+        if uses_spare[i]:
+            while back and back[0] <= wall:
+                heapq.heappop(back)
+                pool += 1
+            if pool > 0:
+                pool -= 1
+                free[i] = True
+                lost[i] = swap_h[i]
+                heapq.heappush(back, wall + float(repair_h[i]))
+        behind += lost[i]
+    return free, lost
 
 
 @dataclass(frozen=True)
 class TraceCost:
-    """One trace costed: hours of the whole job lost per failure, per strategy."""
+    """One trace costed: hours of the whole job lost per failure per strategy, and for the
+    two that swap, which failures found a spare."""
 
     trace: Trace
     lost_h: dict[str, np.ndarray]
+    free: dict[str, np.ndarray]
 
 
 def cost_trace(trace: Trace, profile: Profile, inputs: ModelInputs, recoveries: Recoveries,
@@ -216,8 +227,9 @@ def cost_trace(trace: Trace, profile: Profile, inputs: ModelInputs, recoveries: 
     """Each failure's cost under each strategy, hours of the whole job."""
     paths = np.array([c.path for c in profile.classes])[trace.classes]
     planned = np.array([c.planned for c in profile.classes], dtype=bool)[trace.classes]
-    repair = inputs.repair_of(profile)
+    repair = inputs.repair_of(profile)[trace.classes]
     interval_h = inputs.checkpoint_min / 60
+    # Checkpoints come every interval of training: the work lost is the training since.
     redo_h = np.where(planned, 0.0, np.mod(trace.hours, interval_h))
     restart_h = inputs.restart_total_s() / 3600
     detect_h = np.zeros(len(trace))
@@ -228,13 +240,15 @@ def cost_trace(trace: Trace, profile: Profile, inputs: ModelInputs, recoveries: 
             d, s = recoveries.draw(path, int(mine.sum()), rng, inputs.ocs_ms)
             detect_h[mine], swap_h[mine] = d / 3600, s / 3600
     uses_spare = paths != "none"
-    free = spare_free(trace, uses_spare, repair,
-                      inputs.spare_hosts if spares is None else spares)
+    pool = inputs.spare_hosts if spares is None else spares
     base = restart_h + redo_h
-    no_spare = detect_h + repair[trace.classes] + base
-    optical = np.where(free, detect_h + swap_h + inputs.link_up_s / 3600 + base, no_spare)
-    standby = np.where(free, detect_h + inputs.standby_s / 3600 + base, no_spare)
-    return TraceCost(trace, {"optical": optical, "no-spare": no_spare, "standby": standby})
+    no_spare = detect_h + repair + base
+    lost, free = {"no-spare": no_spare}, {}
+    for strategy, moving_h in (("optical", swap_h + inputs.link_up_s / 3600),
+                               ("standby", np.full(len(trace), inputs.standby_s / 3600))):
+        free[strategy], lost[strategy] = swap_or_wait(trace, uses_spare, repair, pool,
+                                                      detect_h + moving_h + base, no_spare)
+    return TraceCost(trace, {s: lost[s] for s in STRATEGIES}, free)
 
 
 @dataclass(frozen=True)
@@ -289,8 +303,7 @@ def simulate(profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,
         counts[t] = len(trace)
         swappable = np.array([c.path != "none" for c in profile.classes])[trace.classes]
         if swappable.any():
-            free = spare_free(trace, swappable, inputs.repair_of(profile), pool)
-            unswapped[t] = 1 - free[swappable].mean()
+            unswapped[t] = 1 - cost.free["optical"][swappable].mean()
         for s in STRATEGIES:
             lost[s][t] = cost.lost_h[s].sum()
             sums = np.bincount(trace.classes, weights=cost.lost_h[s],
@@ -298,7 +311,7 @@ def simulate(profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,
             for i, c in enumerate(profile.classes):
                 per_class[c.id][s][t] = sums[i] * inputs.gpus
     return Outcome(
-        ettr={s: Estimate.of(np.clip(1 - lost[s] / inputs.hours, 0, 1)) for s in STRATEGIES},
+        ettr={s: Estimate.of(inputs.hours / (inputs.hours + lost[s])) for s in STRATEGIES},
         gpu_hours_lost={s: Estimate.of(lost[s] * inputs.gpus) for s in STRATEGIES},
         by_class={c: {s: Estimate.of(v) for s, v in by.items()} for c, by in per_class.items()},
         kept_over={s: Estimate.of((lost[s] - lost["optical"]) * inputs.gpus)

@@ -17,7 +17,7 @@ from labd.measure.ettr import (
     Recoveries,
     cost_trace,
     simulate,
-    spare_free,
+    swap_or_wait,
     sweep,
 )
 from labd.measure.failures import (
@@ -97,7 +97,8 @@ def test_ettr_of_a_tiny_job_is_what_a_hand_computes() -> None:
             "no-spare": 0.01 + 2 + 0.1 + 0.25 + 0.6,
             "standby": 0.01 + 0.2 + 0.1 + 0.25 + 0.6}
     for strategy, hours in lost.items():
-        assert outcome.ettr[strategy].mean == pytest.approx(1 - hours / 10)
+        # 10 hours of training, and the hours lost beside them on the wall clock.
+        assert outcome.ettr[strategy].mean == pytest.approx(10 / (10 + hours))
         assert outcome.gpu_hours_lost[strategy].mean == pytest.approx(hours * 8)
     assert outcome.by_class["sw"]["optical"].mean == pytest.approx(0.6 * 8)
     assert outcome.kept_over["no-spare"].mean == pytest.approx((2 - 0.01) * 8)
@@ -105,11 +106,19 @@ def test_ettr_of_a_tiny_job_is_what_a_hand_computes() -> None:
 
 def test_without_a_free_spare_a_swap_costs_what_no_spare_costs() -> None:
     profile, inputs, _ = _tiny()
-    # Two GPU failures an hour apart, one spare out for 2 h of repair after the first.
+    # Two GPU failures an hour of training apart, the one spare out for 2 h of repair after
+    # the first: the second finds none (and waits for its own repair).
     trace = Trace(np.array([1.25, 2.25]), np.array([0, 0]))
-    free = spare_free(trace, np.array([True, True]), np.array([2.0, 0.0]), 1)
-    assert free.tolist() == [True, False]
+    free, lost = swap_or_wait(trace, np.array([True, True]), np.array([2.0, 2.0]), 1,
+                              np.array([0.1, 0.1]), np.array([3.0, 3.0]))
+    assert free.tolist() == [True, False] and lost.tolist() == [0.1, 3.0]
+    # On the wall clock the repair is done once the first failure's loss and the hour of
+    # training after it have passed, when the loss is long enough.
+    free, _ = swap_or_wait(trace, np.array([True, True]), np.array([2.0, 2.0]), 1,
+                           np.array([1.0, 1.0]), np.array([3.0, 3.0]))
+    assert free.tolist() == [True, True]
     cost = cost_trace(trace, profile, inputs, STEADY, np.random.default_rng(0))
+    assert cost.free["optical"].tolist() == [True, False]
     assert cost.lost_h["optical"][1] == pytest.approx(cost.lost_h["no-spare"][1])
     assert cost.lost_h["optical"][0] < cost.lost_h["no-spare"][0]
 
