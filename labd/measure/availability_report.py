@@ -232,7 +232,8 @@ def sources_table(run: Run, rows: list[dict[str, Any]], model: Model) -> Table:
     for column in ("figure", "value", "from"):
         table.add_column(column)
     table.add_row("each recovery: failure → detected → every new link up",
-                  "drawn per failure", f"measured: {measured_on}")
+                  "drawn per failure (the detection for every strategy)",
+                  f"measured: {measured_on}")
     table.add_row("failure rates per class", f"{profile.total():g} over {profile.gpus:,} "
                   f"GPUs, {profile.hours:g} h", f"profile {profile.name}: {profile.source}")
     table.add_row("modelled job", f"{inputs.gpus:,} GPUs, {inputs.hours:g} h, "
