@@ -74,8 +74,12 @@ def _x_axis(ax: Axes, name: str) -> None:
     pool, link-up from 0 s)."""
     from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
 
-    if name in ("ocs", "rate"):
+    if name == "ocs":
         ax.set_xscale("log")
+    elif name == "rate":
+        ax.set_xscale("log")
+        # Each rate swept is a tick: a log axis from 0.25 to 4 would mark only 1.
+        ax.xaxis.set_major_locator(FixedLocator(list(SWEEPS[name][1])))
     elif name == "spares":
         ax.set_xscale("symlog", linthresh=1)
         ax.set_xlim(left=0)
