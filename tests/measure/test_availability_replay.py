@@ -1,9 +1,11 @@
 """``labd measure availability`` as a user runs it: a failure profile replayed on an
 emulated lab through labd's recovery, kept as a run, shown and compared again."""
 
+import asyncio
 import csv
 import io
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +19,9 @@ from labd.measure.availability_report import model_of
 from labd.measure.ettr import ModelInputs
 from labd.measure.failures import LLAMA3_405B, sample_trace
 from labd.measure.runs import RunStore
-from tests.commands.test_cli import run
+from tests.commands.test_cli import LABD, run
 from tests.labs import ring_lab, write_lab
+from tests.measure.test_measure import rows_in
 
 
 def within(seconds: float) -> float:
@@ -123,3 +126,47 @@ async def test_bad_input_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
         # One message (the terminal's width may wrap it).
         assert words in " ".join(err.split()) and err.count("error:") == 1, err
     assert not runs.exists() or RunStore(runs).all() == []
+
+
+@pytest.mark.timeout(300)
+async def test_ctrl_c_keeps_the_failures_driven_and_resume_drives_the_rest(
+        tmp_path: Path) -> None:
+    _, lab = write_lab(tmp_path, "availresume", ring_lab())
+    runs = tmp_path / "runs.sqlite"
+    # Six failures spread over a minute: time to interrupt after the second.
+    proc = await asyncio.create_subprocess_exec(
+        *LABD, "measure", "availability", "--lab", str(lab), "--drive", "6", "--minutes", "1",
+        "--traces", "20", "--seed", "4", "--runs", str(runs), "--name", "r1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        await rows_in(runs, "r1", 2, timeout=120)
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(within(30)):
+            out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, err.decode()
+    store = RunStore(runs)
+    try:
+        interrupted = store.get("r1")
+        kept = len(store.rows(interrupted))
+    finally:
+        store.close()
+    assert interrupted.status == "interrupted" and 2 <= kept < 6
+    assert f"{kept} of 6 rows kept in run r1" in " ".join(out.decode().split())
+
+    code, out2, err2 = await run("measure", "availability", "--resume", "r1", "--runs",
+                                 str(runs), timeout=within(180))
+    assert code == 0, out2 + err2
+    store = RunStore(runs)
+    try:
+        done = store.get("r1")
+        rows = store.rows(done)
+    finally:
+        store.close()
+    assert done.status == "complete" and len(rows) == 6
+    # Each planned failure once, in the trace's order: nothing twice, nothing missing.
+    indexes = [r["index"] for r in rows]
+    assert indexes == sorted(set(indexes))
