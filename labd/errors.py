@@ -40,6 +40,7 @@ what to do. The HTTP API gives each :class:`RequestError` a status in one place
     └── measurement and drills
         ├── CampaignError      a campaign that cannot be run as asked
         ├── ScheduleError      a schedule file or replay that cannot be used
+        ├── ProfileError       a failure profile that cannot be used
         ├── RunError           a kept run that cannot be found, made or read
         └── DrillError         a drill that could not be run as asked
 """
@@ -193,6 +194,11 @@ class CampaignError(LabdError):
 
 class ScheduleError(LabdError):
     """A schedule file or request that cannot be used (the message says where)."""
+
+
+class ProfileError(LabdError):
+    """A failure profile (a TOML of rates or a CSV of events) or a model input that
+    cannot be used (the message says which and where)."""
 
 
 class RunError(LabdError):

@@ -47,6 +47,29 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
     ``done`` (drills a resumed run already has). ``ha``: a PostgreSQL URL where the
     drills' daemon leads by a lease (its store there too, every write fenced) with a
     standby (``labd run --ha``, a process of its own) beside it."""
+    job_id = check_drillable(lab, job, ha=ha, mqtt=mqtt)
+    rng = random.Random(seed)
+    results: list[DrillResult] = []
+    plan = ["gpu"] * drills + ["host"] * lost
+    async with drill_rig(lab, job_id, mqtt=mqtt, db=db, ha=ha) as rig:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("failover drills", total=len(plan) + done,
+                                     completed=done)
+            for kind in plan:
+                result = await run_drill(rig, job_id, rng, kind=kind, signal=signal)
+                results.append(result)
+                if each is not None:
+                    await each(result)
+                await restore(rig, result, job_id)
+                progress.advance(task)
+    return results
+
+
+def check_drillable(lab: Lab, job: str | None, *, ha: str | None = None,
+                    mqtt: str | None = None) -> str:
+    """The job drills fail members of (``job``, or the lab's first), after checking that
+    the lab can be drilled: the job has spares and every host is emulated; raises
+    DrillError saying what is missing."""
     if not lab.job:
         raise DrillError(f"{lab.source}: the lab has no [[job]] to drill")
     job_id = job or lab.job[0].id
@@ -62,7 +85,15 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
     if ha is not None and mqtt is None:
         raise DrillError("--ha needs a broker (--mqtt): a standby hears the lab's hosts "
                          "there")
-    rng = random.Random(seed)
+    return job_id
+
+
+@contextlib.asynccontextmanager
+async def drill_rig(lab: Lab, job: str, *, mqtt: str | None, db: str | None = None,
+                    ha: str | None = None) -> AsyncIterator[Rig]:
+    """The lab in emulation with its daemon (and with ``ha``, a standby beside it), every
+    host online and ``job`` taking steps: where drills start (``labd measure failover``,
+    ``labd measure availability``)."""
     # With a standby, the rig's instance and host keys are made here: the standby hears the
     # same hosts on the same topics.
     bus = rig_bus(lab, mqtt) if ha is not None and mqtt is not None else mqtt
@@ -76,25 +107,18 @@ async def measure_failover(lab: Lab, *, drills: int, lost: int, mqtt: str | None
                 await stack.enter_async_context(standby(rig, lab, ha, bus, Path(scratch)))
             await wait_for(daemon.hub, lambda: hosts_ready(daemon), "hosts_online",
                            "every host online")
-            await daemon.jobs.start_job(job_id)
-            await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id), "first_step",
-                           f"job {job_id} to take its first step")
-            results: list[DrillResult] = []
-            plan = ["gpu"] * drills + ["host"] * lost
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("failover drills", total=len(plan) + done,
-                                         completed=done)
-                for kind in plan:
-                    result = await run_drill(rig, job_id, rng, kind=kind, signal=signal)
-                    results.append(result)
-                    if each is not None:
-                        await each(result)
-                    await repair(rig, result, job_id)
-                    await wait_for(daemon.hub, lambda: job_stepping(daemon, job_id),
-                                   "first_step",
-                                   partial(_not_running, daemon, job_id, result))
-                    progress.advance(task)
-    return results
+            await daemon.jobs.start_job(job)
+            await wait_for(daemon.hub, lambda: job_stepping(daemon, job), "first_step",
+                           f"job {job} to take its first step")
+            yield rig
+
+
+async def restore(rig: Rig, result: DrillResult, job: str) -> None:
+    """After a drill: the failed member repaired and given back as a spare, and the job
+    taking steps again, so that the next drill finds the lab as the first did."""
+    await repair(rig, result, job)
+    await wait_for(rig.daemon.hub, lambda: job_stepping(rig.daemon, job), "first_step",
+                   partial(_not_running, rig.daemon, job, result))
 
 
 @dataclass(frozen=True)

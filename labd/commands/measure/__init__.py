@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from labd.commands.measure.availability import measure_availability
 from labd.commands.measure.failover import measure_failover
 from labd.commands.measure.reconfig import measure_reconfig
 from labd.commands.measure.runs import measure_compare, measure_runs, measure_show
@@ -16,6 +17,7 @@ app = typer.Typer(help="Measurements on a lab: drills and campaigns that print "
 app.command("failover")(measure_failover)
 app.command("reconfig")(measure_reconfig)
 app.command("schedule")(measure_schedule)
+app.command("availability")(measure_availability)
 app.command("make-schedule")(make_schedule)
 app.command("runs")(measure_runs)
 app.command("show")(measure_show)

@@ -51,13 +51,24 @@ def write_outputs(measured: Any, rows: list[dict[str, Any]], csv_path: Path | No
                   ) -> None:
     """The run's rows to CSV and Parquet, its plots into a folder, as asked; each file
     written is listed."""
+    from labd.measure.availability_plots import availability_plots
     from labd.measure.plots import PlotStyle, failover_plots, reconfig_plots, schedule_plots
     from labd.measure.reconfig import export
 
-    written = export(measured, rows, csv_path=csv_path, parquet_path=parquet)
+    written = export(measured, _same_stages(rows), csv_path=csv_path, parquet_path=parquet)
     if plots is not None:
-        draw = {"schedule": schedule_plots, "failover": failover_plots}.get(
-            measured.kind, reconfig_plots)
+        draw = {"schedule": schedule_plots, "failover": failover_plots,
+                "availability": availability_plots}.get(measured.kind, reconfig_plots)
         written += [str(p) for p in draw(measured, rows, plots, style or PlotStyle())]
     for path in written:
         console.print(f"  wrote {path}")
+
+
+def _same_stages(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drill rows with every stage a column, empty where a drill did not reach it: a CSV's
+    columns come from its first row, and a lost host reports no failure."""
+    from labd.vocabulary import STAGES
+
+    stages = (*STAGES[1:], "light_truth")
+    return [{**r, "ms": {s: r["ms"].get(s) for s in stages}} if isinstance(r.get("ms"), dict)
+            else r for r in rows]

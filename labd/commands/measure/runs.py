@@ -28,6 +28,10 @@ from labd.errors import LabdError, RunError
 if TYPE_CHECKING:
     from labd.measure.runs import Run, RunStore
 
+#: Parameters too long for a line: the timing model (the table says it), and an
+#: availability run's profile and model inputs (its report's last table gives them).
+LONG_PARAMS = ("timing", "profile", "model", "modelled")
+
 
 def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
     """The runs kept, newest first."""
@@ -43,7 +47,7 @@ def measure_runs(runs: RunsOption = "labd-runs.sqlite") -> None:
                           f"{count}/{measured.planned}", measured.lab_name,
                           measured.started.strftime("%Y-%m-%d %H:%M:%S"),
                           ", ".join(f"{k}={v}" for k, v in measured.params.items()
-                                    if v is not None and k != "timing"))
+                                    if v is not None and k not in LONG_PARAMS))
     finally:
         store.close()
     console.print(table)
@@ -91,10 +95,11 @@ def measure_show(
     try:
         measured = store.get(name)
         rows = store.rows(measured)
+        short = {k: v for k, v in measured.params.items() if k not in LONG_PARAMS[1:]}
         console.print(f"run [cyan]{measured.name}[/]: {measured.status}, labd "
                       f"{measured.labd_version}, {measured.target}, lab {measured.lab_name} "
                       f"(sha256 {measured.lab_sha256[:12]})")
-        console.print(parameters(measured.params))
+        console.print(parameters(short))
         if check and measured.kind != "reconfig":
             raise LabdError(f"--check: run {name} is a {measured.kind} run; only a reconfig "
                             "run has a truth check")
@@ -102,6 +107,11 @@ def measure_show(
             schedule_report(measured, rows)
         elif measured.kind == "failover":
             for table in failover_report(rows, None):
+                console.print(table)
+        elif measured.kind == "availability":
+            from labd.measure.availability_report import availability_report, model_of
+
+            for table in availability_report(measured, rows, model_of(measured.params, rows)):
                 console.print(table)
         else:
             console.print(summary_table(measured, rows, full=full))
@@ -143,9 +153,15 @@ def measure_compare(
         if len(kinds) > 1:
             raise LabdError("runs of one kind only: " + ", ".join(
                 f"{run.name} is a {run.kind} run" for run in (*side_a, *side_b)))
-        if a.kind == "schedule":
-            if len(side_a) > 1 or len(side_b) > 1:
-                raise LabdError("schedule runs are compared one to one (no repeats)")
+        if a.kind in ("schedule", "availability") and (len(side_a) > 1 or len(side_b) > 1):
+            raise LabdError(f"{a.kind} runs are compared one to one (no repeats)")
+        if a.kind == "availability":
+            from labd.measure.availability_report import compare_availability
+
+            for table in compare_availability(a, store.rows(a), b, store.rows(b),
+                                              noise_ms=noise_ms):
+                console.print(table)
+        elif a.kind == "schedule":
             console.print(compare_schedules(a, store.rows(a), b, store.rows(b),
                                             noise_ms=noise_ms))
         else:
