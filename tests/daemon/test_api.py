@@ -33,6 +33,7 @@ ROUTES = {
     ("GET", "/v1/failovers"), ("GET", "/v1/failovers/{failover}"),
     ("GET", "/v1/reconfigurations"), ("GET", "/v1/reconfigurations/{reconfiguration}/traces"),
     ("GET", "/v1/reconfigurations/stats"),
+    ("GET", "/v1/meters"), ("GET", "/v1/meters/{meter}"), ("POST", "/v1/meters/{meter}/read"),
 }
 #: The routes that change something, and the role each needs; every other one is a read
 #: (viewer). An agent's routes need an admin key or the host's own key.

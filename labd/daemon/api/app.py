@@ -28,6 +28,7 @@ from labd.daemon.api import (
     instruments,
     jobs,
     meta,
+    meters,
     metrics,
     reconfigurations,
     switches,
@@ -39,7 +40,7 @@ from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics, cabling)
+           events, metrics, cabling, meters)
 
 
 def create_app(services: Services) -> FastAPI:
