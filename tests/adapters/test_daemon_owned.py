@@ -1,0 +1,216 @@
+"""The framework adapters on a running daemon (labd.adapters): a real RunEngine, ophyd-async
+and QCoDeS against a daemon on an emulated lab, served from a thread of its own. Every
+change a plan makes is the daemon's: it shows in ``GET /v1/reconfigurations`` with its
+phases."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import event_model
+import pytest
+from bluesky import RunEngine
+from bluesky import plan_stubs as bps
+from bluesky import plans as bp
+from bluesky.callbacks import LiveTable
+from bluesky.callbacks.best_effort import BestEffortCallback
+from ophyd_async.core import init_devices
+
+from labd.adapters.blocking import DaemonLab
+from labd.adapters.daemon import DaemonTarget, pairs_of
+from labd.adapters.ophyd import DaemonMeter, DaemonSwitch
+from labd.errors import DaemonError, RequestError
+from tests.labs import endpoint, fiber, meter, switch
+from tests.rigs import Background, background_rig
+
+#: Light into port 1 of an 8x8 switch; outputs 9 and 10 feed meter channels 1 and 2.
+LAB = (switch(switch_ms=1, size="8x8"), meter(emulator={"options": {"noise_db": 0.0}}),
+       endpoint("laser", launch_dbm=0), fiber("laser", "ocs1:1"),
+       fiber("ocs1:9", "pm1:1"), fiber("ocs1:10", "pm1:2"))
+LIT_ABOVE_DBM, DARK_BELOW_DBM = -10.0, -60.0
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Background]:
+    with background_rig(tmp_path_factory.mktemp("owner"), "owner", *LAB,
+                        light_window_s=0.05) as bg:
+        yield bg
+
+
+@pytest.fixture
+def lab(rig: Background) -> Iterator[DaemonLab]:
+    with DaemonLab(rig.daemon.url, token="t") as daemon:
+        daemon.switch("ocs1").replace({})
+        yield daemon
+
+
+class Problems(logging.Handler):
+    """Every record at WARNING or above, from any logger (a callback's suppressed
+    traceback is logged by bluesky)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_scan_over_one_port_with_a_meter_as_detector(rig: Background, lab: DaemonLab
+                                                        ) -> None:
+    RE = RunEngine()
+    documents: list[tuple[str, dict[str, Any]]] = []
+    RE.subscribe(lambda name, doc: documents.append((name, doc)))
+    bec = BestEffortCallback()
+    bec.disable_plots()
+    RE.subscribe(bec)
+    RE.subscribe(LiveTable(["ocs-ports-1-output", "pm-channels-1-power"]))
+    problems = Problems()
+    logging.getLogger().addHandler(problems)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            with init_devices():
+                ocs = DaemonSwitch("ocs1", ports=[1], url=rig.daemon.url, token="t")
+                pm = DaemonMeter("pm1", channels=[1, 2], url=rig.daemon.url, token="t")
+            RE(bps.mv(ocs.cross_connects, {1: 9}))
+            RE(bp.scan([pm], ocs.ports[1].output, 9, 10, 2))
+            RE(bp.list_scan([pm, ocs], ocs.cross_connects, [{1: 9}, [(1, 10)]]))
+            RE(bp.count([ocs, pm], 2))
+    finally:
+        logging.getLogger().removeHandler(problems)
+    assert not problems.records, [r.getMessage() for r in problems.records]
+    assert "Traceback" not in err.getvalue() + out.getvalue(), err.getvalue()
+    assert "ocs-ports-1-output" in out.getvalue()  # the tables were printed
+
+    for name, doc in documents:
+        json.dumps(doc, allow_nan=True)
+        event_model.schema_validators[event_model.DocumentNames(name)].validate(doc)
+    events = [doc["data"] for name, doc in documents if name == "event"]
+    scan, mapped, counted = events[:2], events[2:4], events[4:]
+    assert [e["ocs-ports-1-output"] for e in scan] == [9, 10]
+    # The light follows the port: on channel 1, then on channel 2.
+    assert scan[0]["pm-channels-1-power"] > LIT_ABOVE_DBM > DARK_BELOW_DBM > \
+        scan[0]["pm-channels-2-power"]
+    assert scan[1]["pm-channels-2-power"] > LIT_ABOVE_DBM
+    assert [e["ocs-cross_connects"] for e in mapped] == [[[1, 9]], [[1, 10]]]
+    assert mapped[1]["ocs-ports-1-power"] == pytest.approx(mapped[1]["pm-channels-2-power"])
+    assert all(e["ocs-ports-1-output"] == 10 for e in counted)
+
+    # Each move was the daemon's: recorded, with its phases.
+    records = lab.get("/v1/reconfigurations", switch="ocs1", limit=10)
+    assert any(r["outcome"] == "ok" and r["phases"]["done"] for r in records)
+    assert lab.switch("ocs1").cross_connects() == {1: 10}
+
+
+def test_the_blocking_facade_moves_one_port_and_reads_its_power(lab: DaemonLab) -> None:
+    ocs, pm = lab.switch("ocs1"), lab.meter("pm1")
+    assert pm.info["logging"] is True and pm.info["channels"] == 4
+    assert ocs.set_output(1, 9) is not None
+    assert ocs.set_output(1, 9) is None  # there already: no request
+    assert ocs.output(1) == 9 and ocs.output(9) == 1
+    assert ocs.power(1) == pytest.approx(pm.read_power(1)) and ocs.power(1) > LIT_ABOVE_DBM
+    ocs.set_output(1, 10)
+    assert ocs.cross_connects() == {1: 10}
+    series = pm.read([2], points=20, interval_s=1e-3)
+    assert len(series[2]) == 20 and min(series[2]) > LIT_ABOVE_DBM
+    ocs.set_output(1, 0)
+    assert ocs.cross_connects() == {} and math.isnan(ocs.power(1))
+
+
+def test_what_the_daemon_lacks_is_named(lab: DaemonLab) -> None:
+    with pytest.raises(DaemonError, match="no switch 'ocsX'; its switches: ocs1"):
+        lab.switch("ocsX")
+    with pytest.raises(DaemonError, match="no meter 'pmX'"):
+        lab.meter("pmX")
+    with pytest.raises(RequestError, match="'a' is not a port number"):
+        lab.switch("ocs1").set_output(1, "a")  # type: ignore[arg-type]
+    with pytest.raises(DaemonError, match="422"):
+        lab.switch("ocs1").set_output(1, 2)  # two ingress ports: the daemon refuses
+
+
+def test_maps_in_every_shape_a_framework_gives_them() -> None:
+    assert pairs_of({1: 17}) == pairs_of({"1": 17}) == pairs_of([(1, 17)]) == [[1, 17]]
+    assert pairs_of(None) == pairs_of({}) == []
+    for bad in ("1:17", [(1,)], [(1, True)], {1.5: 2}, [(1, "x")]):
+        with pytest.raises(RequestError):
+            pairs_of(bad)  # type: ignore[arg-type]
+
+
+def test_a_target_from_the_lab_file_the_daemon_runs(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("LABD_HOST", "LABD_PORT", "LABD_TLS_CERT", "LABD_TOKEN_FILE", "LABD_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    token = tmp_path / "token"
+    token.write_text("k3y\n")
+    lab = tmp_path / "lab.toml"
+    lab.write_text(f'[lab]\nname = "x"\n[daemon]\nhost = "0.0.0.0"\nport = 9471\n'
+                   f'token_file = "{token}"\n')
+    assert DaemonTarget.from_lab(lab) == DaemonTarget("http://127.0.0.1:9471", "k3y", None)
+    assert DaemonTarget.from_lab(lab, token="other").token == "other"
+
+
+STATION = """\
+instruments:
+  ocs:
+    type: labd.adapters.qcodes.DaemonSwitchInstrument
+    init: {{switch: ocs1, url: "{url}", token: t, ports: [1, 2]}}
+  pm:
+    type: labd.adapters.qcodes.DaemonMeterInstrument
+    init: {{meter: pm1, url: "{url}", token: t, channels: [1, 2]}}
+"""
+
+
+def test_a_qcodes_station_from_yaml_and_dond_over_a_port(rig: Background, lab: DaemonLab,
+                                                          tmp_path: Path) -> None:
+    from qcodes.dataset import (
+        ArraySweep,
+        dond,
+        initialise_or_create_database_at,
+        load_or_create_experiment,
+    )
+    from qcodes.station import Station
+
+    yaml = tmp_path / "station.yaml"
+    yaml.write_text(STATION.format(url=rig.daemon.url))
+    station = Station(config_file=str(yaml))
+    ocs = station.load_instrument("ocs")
+    pm = station.load_instrument("pm")
+    try:
+        ocs.cross_connects({1: 9})
+        assert ocs.cross_connects() == {1: 9} and ocs.port1.output() == 9
+        assert isinstance(ocs.port1.output(), int) and isinstance(pm.ch1.power(), float)
+        snapshot = station.snapshot(update=True)
+        json.dumps(snapshot)
+        # Each port once (as port<n>), not again under the ports tuple.
+        ocs_snapshot = snapshot["instruments"]["ocs"]
+        assert ocs_snapshot["submodules"]["ports"] == {
+            "snapshotable": False, "__class__": "qcodes.instrument.channel.ChannelTuple"}
+        assert ocs_snapshot["submodules"]["port1"]["parameters"]["output"]["value"] == 9
+        assert ocs_snapshot["parameters"]["cross_connects"]["value"] == {1: 9}
+
+        initialise_or_create_database_at(tmp_path / "q.db")
+        load_or_create_experiment("owner", sample_name="emulated")
+        dataset, _, _ = dond(ArraySweep(ocs.port1.output, [9, 10]), pm.ch1.power,
+                             pm.ch2.power, ocs.port1.power, show_progress=False)
+        data = dataset.get_parameter_data()
+        ch1 = list(data["pm_ch1_power"]["pm_ch1_power"])
+        ch2 = list(data["pm_ch2_power"]["pm_ch2_power"])
+        port = list(data["ocs_port1_power"]["ocs_port1_power"])
+        assert ch1[0] > LIT_ABOVE_DBM > DARK_BELOW_DBM > ch1[1]
+        assert ch2[1] > LIT_ABOVE_DBM and port == pytest.approx([ch1[0], ch2[1]])
+        with pytest.raises(TypeError, match="not an int"):
+            ocs.port1.output(9.5)  # Ints: refused before anything is sent
+        assert lab.switch("ocs1").cross_connects() == {1: 10}
+        series = pm.read_series([1, 2], points=10, interval_s=1e-3)
+        assert [len(v) for v in series.values()] == [10, 10]
+    finally:
+        ocs.close()
+        pm.close()
