@@ -24,7 +24,9 @@ from typing import Any, Self, TypeVar
 
 from instruments.adapters.blocking import LoopThread
 from labd.adapters.daemon import (
+    HOLD_TTL_S,
     DaemonTarget,
+    HeldPorts,
     MapLike,
     MeterOnDaemon,
     SwitchOnDaemon,
@@ -49,6 +51,8 @@ class DaemonLab:
         self._own_loop = loop is None
         self.loop = loop or LoopThread(name="labd-client")
         self._client: DaemonClient | None = None
+        self.holds: dict[str, str] = {}
+        """The holds this lab's switches name with their changes: switch → hold id."""
 
     @property
     def url(self) -> str:
@@ -99,10 +103,49 @@ class DaemonLab:
         self.run(made.on_daemon.check())
         return made
 
+    def hold(self, switch: str, ports: Iterable[int], *, holder: str,
+             ttl_s: float = HOLD_TTL_S) -> LabHold:
+        """Hold ``ports`` of ``switch`` for the block (``with lab.hold(...):``): others'
+        changes to them are refused, naming ``holder``; this lab's switches make theirs.
+        Renewed in the background every third of ``ttl_s``; it ends ``ttl_s`` after this
+        process stops renewing it, whatever the cause."""
+        return LabHold(self, HeldPorts(self.client, switch, ports, holder, ttl_s=ttl_s,
+                                       holds=self.holds))
+
     def meter(self, meter: str) -> LabMeter:
         made = LabMeter(self, meter)
         made.info = self.run(made.on_daemon.describe())
         return made
+
+
+class LabHold:
+    """A hold taken on entering the block and released on leaving it (or by
+    :meth:`release`); ``id`` and ``lost`` (why renewing failed) are the hold's."""
+
+    def __init__(self, lab: DaemonLab, held: HeldPorts) -> None:
+        self.lab, self.held = lab, held
+
+    @property
+    def id(self) -> str | None:
+        return self.held.id
+
+    @property
+    def lost(self) -> Exception | None:
+        return self.held.lost
+
+    def take(self) -> Self:
+        self.lab.run(self.held.take())
+        return self
+
+    def release(self) -> None:
+        self.lab.run(self.held.release())
+
+    def __enter__(self) -> Self:
+        return self.take()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
 
 
 class LabSwitch:
@@ -110,7 +153,7 @@ class LabSwitch:
 
     def __init__(self, lab: DaemonLab, switch: str) -> None:
         self.lab, self.id = lab, switch
-        self.on_daemon = SwitchOnDaemon(lab.client, switch)
+        self.on_daemon = SwitchOnDaemon(lab.client, switch, lab.holds)
 
     def state(self) -> dict[str, Any]:
         return self.lab.run(self.on_daemon.state())
@@ -166,4 +209,4 @@ class LabMeter:
                                                 interval_s=interval_s))
 
 
-__all__ = ["DaemonLab", "LabMeter", "LabSwitch", "LoopThread"]
+__all__ = ["DaemonLab", "LabHold", "LabMeter", "LabSwitch", "LoopThread"]

@@ -10,13 +10,16 @@ drift policy like any other. A port's ``output`` is its partner in a circuit (0:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import numbers
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from labd.client.api import DaemonClient
 from labd.errors import DaemonError, RequestError
@@ -117,12 +120,81 @@ def as_map(pairs: Iterable[Sequence[int]]) -> dict[int, int]:
     return {int(a): int(b) for a, b in pairs}
 
 
-class SwitchOnDaemon:
-    """One switch of a daemon, on the event loop ``client`` belongs to."""
+#: A hold's lease when the caller names none (s); it is renewed every third of it.
+HOLD_TTL_S = 5.0
 
-    def __init__(self, client: DaemonClient, switch: str) -> None:
+
+class HeldPorts:
+    """A hold on ports of a switch (``/v1/holds``): taken by :meth:`take`, renewed every
+    third of ``ttl_s`` on the client's loop until :meth:`release`. While it lasts, changes
+    to these ports by anyone else are refused with ``holder`` named; a client that stops
+    (a plan that dies, a process killed) stops renewing, and the hold ends ``ttl_s`` later.
+    ``holds`` (switch → hold id) is where the switch adapters find it for their own
+    changes."""
+
+    def __init__(self, client: DaemonClient, switch: str, ports: Iterable[int], holder: str,
+                 *, ttl_s: float = HOLD_TTL_S,
+                 holds: MutableMapping[str, str] | None = None) -> None:
+        self.client, self.switch, self.holder, self.ttl_s = client, switch, holder, ttl_s
+        self.ports = [_port(p, "port") for p in ports]
+        self.holds = holds if holds is not None else {}
+        self.id: str | None = None
+        self.lost: DaemonError | None = None
+        """Why renewing failed (the hold has ended), if it did."""
+        self._renewing: asyncio.Task[None] | None = None
+
+    async def take(self) -> Self:
+        answer = await self.client.hold(self.switch, self.ports, self.holder,
+                                        ttl_s=self.ttl_s)
+        self.id = str(answer["id"])
+        self.holds[self.switch] = self.id
+        self._renewing = asyncio.create_task(self._renew(), name=f"labd-hold-{self.id}")
+        return self
+
+    async def _renew(self) -> None:
+        assert self.id is not None
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            try:
+                await self.client.renew_hold(self.id)
+            except DaemonError as exc:  # ended (404) or the daemon out of reach
+                self.lost = exc
+                return
+
+    async def release(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+            self._renewing = None
+        if self.id is not None:
+            if self.holds.get(self.switch) == self.id:
+                del self.holds[self.switch]
+            hold, self.id = self.id, None
+            with contextlib.suppress(DaemonError):  # ended already: nothing to let go
+                await self.client.release_hold(hold)
+
+    async def __aenter__(self) -> Self:
+        return await self.take()
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.release()
+
+
+class SwitchOnDaemon:
+    """One switch of a daemon, on the event loop ``client`` belongs to; its changes name
+    the hold ``holds`` has for it, if any (:class:`HeldPorts`)."""
+
+    def __init__(self, client: DaemonClient, switch: str,
+                 holds: Mapping[str, str] | None = None) -> None:
         self.client, self.switch = client, switch
+        self.holds: Mapping[str, str] = holds if holds is not None else {}
         self._metered: dict[int, tuple[str, int]] | None = None
+
+    def _change(self, **body: Any) -> dict[str, Any]:
+        hold = self.holds.get(self.switch)
+        return {**body, "hold": hold} if hold is not None else body
 
     async def state(self) -> dict[str, Any]:
         """``GET /v1/switches/{id}``: its state, size, intended and observed maps."""
@@ -149,18 +221,18 @@ class SwitchOnDaemon:
     async def replace(self, value: MapLike | None) -> dict[str, Any]:
         """Exactly these circuits (pairs that stay are not touched): one reconfiguration."""
         result: dict[str, Any] = await self.client.put(
-            f"/v1/switches/{self.switch}/connections", {"pairs": pairs_of(value)})
+            f"/v1/switches/{self.switch}/connections", self._change(pairs=pairs_of(value)))
         return result
 
     async def connect(self, value: MapLike) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.post(
-            f"/v1/switches/{self.switch}/connections", {"pairs": pairs_of(value)})
+            f"/v1/switches/{self.switch}/connections", self._change(pairs=pairs_of(value)))
         return result
 
     async def disconnect(self, ports: Iterable[int]) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.post(
             f"/v1/switches/{self.switch}/disconnect",
-            {"ports": [_port(p, "port") for p in ports]})
+            self._change(ports=[_port(p, "port") for p in ports]))
         return result
 
     async def output(self, port: int) -> int:

@@ -50,7 +50,9 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
                       "pip install 'labd[bluesky]'") from exc
 
 from labd.adapters.daemon import (
+    HOLD_TTL_S,
     DaemonTarget,
+    HeldPorts,
     MapLike,
     MeterOnDaemon,
     Pairs,
@@ -238,12 +240,19 @@ class DaemonSwitch(_Polled):
     daemon runs) or ``target``."""
 
     def __init__(self, switch: str, *, ports: Iterable[int] = (),
+                 hold: Iterable[int] | None = None, holder: str = "a Bluesky plan",
+                 hold_ttl_s: float = HOLD_TTL_S,
                  url: str | None = None, token: str | None = None,
                  lab: str | os.PathLike[str] | None = None,
                  target: DaemonTarget | None = None, name: str = "") -> None:
         self.target = target_of(target or url, token=token, lab=lab)
         self._session = _Session(self.target)
         self.switch_id = switch
+        ports = list(ports)
+        self.hold_ports = list(ports if hold is None else hold)
+        self.holder, self.hold_ttl_s = holder, hold_ttl_s
+        self._holds: dict[str, str] = {}
+        self._held: HeldPorts | None = None
         source = f"{self.target.url}/v1/switches/{switch}"
         with self.add_children_as_readables():
             self.cross_connects = MapSignal(backend=_MapBackend(self._on_daemon, source))
@@ -257,10 +266,30 @@ class DaemonSwitch(_Polled):
         super().__init__(name=name, connector=_DaemonConnector(self._session, check))
 
     def _on_daemon(self) -> SwitchOnDaemon:
-        return SwitchOnDaemon(self._session.client, self.switch_id)
+        return SwitchOnDaemon(self._session.client, self.switch_id, self._holds)
+
+    @AsyncStatus.wrap
+    async def stage(self) -> None:
+        """Staged by a plan that reads it (or ``bpp.stage_wrapper``): hold ``hold`` (by
+        default the ports named) for the plan, renewed until it unstages."""
+        await super().stage()
+        if self.hold_ports and self._held is None:
+            self._held = await HeldPorts(self._session.client, self.switch_id,
+                                         self.hold_ports, self.holder,
+                                         ttl_s=self.hold_ttl_s, holds=self._holds).take()
+
+    @AsyncStatus.wrap
+    async def unstage(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await held.release()
+        await super().unstage()
 
     async def close(self) -> None:
         """Close the client (on the loop it was made on: the RunEngine's)."""
+        if self._held is not None:
+            await self._held.release()
+            self._held = None
         await self._session.close()
 
 

@@ -33,7 +33,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("labd.adapters.qcodes needs qcodes: pip install 'labd[qcodes]'"
                       ) from exc
 
-from labd.adapters.blocking import DaemonLab, LabMeter, LabSwitch
+from labd.adapters.blocking import DaemonLab, LabHold, LabMeter, LabSwitch
+from labd.adapters.daemon import HOLD_TTL_S
 
 
 def _lab(daemon: DaemonLab | None, url: str | None, token: str | None,
@@ -101,6 +102,12 @@ class DaemonSwitchInstrument(Instrument):
         if not isinstance(channel, DaemonSwitchPort):
             raise KeyError(f"{self.name} has no channel for port {port}")
         return channel
+
+    def hold(self, ports: Iterable[int], *, holder: str = "a QCoDeS measurement",
+             ttl_s: float = HOLD_TTL_S) -> LabHold:
+        """``with ocs.hold([1, 17, 18]):`` others' changes to these ports are refused,
+        naming ``holder``, while this instrument's go through."""
+        return self.daemon.hold(self.switch.id, ports, holder=holder, ttl_s=ttl_s)
 
     def get_idn(self) -> dict[str, str | None]:
         entry = self.daemon.get(f"/v1/instruments/{self.switch.id}")

@@ -95,6 +95,27 @@ class DaemonClient:
             timeout=READ_TIMEOUT_S)
         return result
 
+    async def delete(self, path: str) -> Any:
+        return await call_json(self._http, "DELETE", path, DaemonError)
+
+    async def hold(self, switch: str, ports: Sequence[int], holder: str, *,
+                   ttl_s: float | None = None) -> dict[str, Any]:
+        """Hold ``ports`` of ``switch`` (``POST /v1/holds``): changes to them by anyone
+        else are refused until the hold ends. Renew it (:meth:`renew_hold`) within its
+        ``ttl_s``; the answer's ``id`` goes with the holder's own changes (``"hold"``)."""
+        body: dict[str, Any] = {"switch": switch, "ports": list(ports), "holder": holder}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        result: dict[str, Any] = await self.post("/v1/holds", body)
+        return result
+
+    async def renew_hold(self, hold: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.put(f"/v1/holds/{hold}")
+        return result
+
+    async def release_hold(self, hold: str) -> None:
+        await self.delete(f"/v1/holds/{hold}")
+
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The snapshot, then every event, until the connection ends (DaemonError)."""
         ws_url = "ws" + self.url[len("http"):] + "/v1/events"

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -214,3 +215,40 @@ def test_a_qcodes_station_from_yaml_and_dond_over_a_port(rig: Background, lab: D
     finally:
         ocs.close()
         pm.close()
+
+
+def test_a_plan_holds_its_ports_and_others_are_refused(rig: Background, lab: DaemonLab
+                                                       ) -> None:
+    RE = RunEngine()
+    with init_devices():
+        ocs = DaemonSwitch("ocs1", ports=[1], hold=[1, 9, 10], holder="scan 42",
+                           url=rig.daemon.url, token="t")
+    other = lab.switch("ocs1")
+    RE(bps.stage(ocs))  # as a plan that reads ocs does
+    try:
+        RE(bps.mv(ocs.ports[1].output, 9))  # the plan's own change names its hold
+        with pytest.raises(DaemonError, match=r"409 ocs1 port.* held by 'scan 42'"):
+            other.set_output(1, 10)
+        assert [h["holder"] for h in lab.get("/v1/holds")] == ["scan 42"]
+    finally:
+        RE(bps.unstage(ocs))
+    assert lab.get("/v1/holds") == []
+    other.set_output(1, 10)
+    assert other.cross_connects() == {1: 10}
+
+
+def test_a_script_holds_ports_for_a_block(rig: Background, lab: DaemonLab) -> None:
+    with DaemonLab(rig.daemon.url, token="t") as someone_else:
+        theirs = someone_else.switch("ocs1")
+        with lab.hold("ocs1", [1, 9], holder="alice", ttl_s=1.0) as hold:
+            lab.switch("ocs1").set_output(1, 9)
+            with pytest.raises(DaemonError, match="held by 'alice'"):
+                theirs.set_output(1, 10)
+            # Renewed in the background: its time left goes up again, it is never lost.
+            first = lab.get("/v1/holds")[0]["expires_in_s"]
+            deadline = time.monotonic() + 10
+            while lab.get("/v1/holds")[0]["expires_in_s"] <= first:
+                assert time.monotonic() < deadline, "the hold was not renewed"
+            assert hold.lost is None
+        assert lab.get("/v1/holds") == []
+        theirs.set_output(1, 10)

@@ -24,6 +24,7 @@ from labd.daemon.api import (
     errors,
     events,
     failovers,
+    holds,
     hosts,
     instruments,
     jobs,
@@ -40,7 +41,7 @@ from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics, cabling, meters)
+           events, metrics, cabling, meters, holds)
 
 
 def create_app(services: Services) -> FastAPI:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from instruments.errors import NotSupported
+from labd.daemon.api import holds
 from labd.daemon.api.bodies import CircuitBody, MapBody, PairsBody, PortsBody
 from labd.daemon.api.deps import OPERATOR, ServicesDep
 from labd.daemon.api.shapes import route_dict
@@ -67,6 +68,7 @@ def engine_of(request: Request) -> Engine:
 # What each reconfiguration route does, apart from HTTP: the route calls it, and so does its
 # shortcut (shortcut.py), which answers a valid request without FastAPI's routing.
 async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
+    await holds.check(engine, switch, (p for pair in body.pairs for p in pair), body.hold)
     return await engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
@@ -74,11 +76,14 @@ async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
 async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
     # The pairs as given, not dict(body.pairs): a dict would keep a port's last pair and
     # hide that it was given twice.
+    await holds.check(engine, switch, holds.replaced_ports(engine, switch, body.pairs),
+                      body.hold)
     return await engine.reconfigure(switch, replace=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
 
 async def _disconnect(engine: Engine, switch: str, body: PortsBody) -> Result:
+    await holds.check(engine, switch, body.ports, body.hold)
     return await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
                                     verify_light=body.verify_light)
 
