@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -87,6 +87,11 @@ class Holds:
             for r in s.scalars(select(PortHold))])
         self._holds = {h.id: h for h in rows}
         self._read_under = fence
+
+    @property
+    def held(self) -> bool:
+        """Whether any hold is known (live or not yet found expired)."""
+        return bool(self._holds)
 
     def live(self, now: float | None = None) -> list[Hold]:
         now = time.time() if now is None else now
@@ -168,11 +173,14 @@ def holds_of(engine: Engine) -> Holds:
     return registry
 
 
-async def check(engine: Engine, switch: str, ports: Iterable[int], hold: str | None) -> None:
-    """Refuse (409) a change to held ``ports`` of ``switch`` unless it names their hold."""
+async def check(engine: Engine, switch: str, ports: Callable[[], Iterable[int]],
+                hold: str | None) -> None:
+    """Refuse (409) a change to held ``ports()`` of ``switch`` unless it names their hold;
+    where nothing is held (the hot path's usual case) the ports are never worked out."""
     registry = holds_of(engine)
     await registry.ready()
-    registry.refuse(switch, ports, hold)
+    if registry.held:
+        registry.refuse(switch, ports(), hold)
 
 
 def replaced_ports(engine: Engine, switch: str, pairs: Iterable[tuple[int, int]]

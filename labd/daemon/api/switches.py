@@ -68,7 +68,8 @@ def engine_of(request: Request) -> Engine:
 # What each reconfiguration route does, apart from HTTP: the route calls it, and so does its
 # shortcut (shortcut.py), which answers a valid request without FastAPI's routing.
 async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
-    await holds.check(engine, switch, (p for pair in body.pairs for p in pair), body.hold)
+    await holds.check(engine, switch, lambda: (p for pair in body.pairs for p in pair),
+                      body.hold)
     return await engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
@@ -76,14 +77,14 @@ async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
 async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
     # The pairs as given, not dict(body.pairs): a dict would keep a port's last pair and
     # hide that it was given twice.
-    await holds.check(engine, switch, holds.replaced_ports(engine, switch, body.pairs),
-                      body.hold)
+    await holds.check(engine, switch,
+                      lambda: holds.replaced_ports(engine, switch, body.pairs), body.hold)
     return await engine.reconfigure(switch, replace=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
 
 async def _disconnect(engine: Engine, switch: str, body: PortsBody) -> Result:
-    await holds.check(engine, switch, body.ports, body.hold)
+    await holds.check(engine, switch, lambda: body.ports, body.hold)
     return await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
                                     verify_light=body.verify_light)
 
