@@ -8,7 +8,7 @@ import pytest
 
 from labd.client.api import DaemonClient
 from labd.errors import DaemonError
-from tests.labs import switch
+from tests.labs import endpoint, fiber, switch
 from tests.rigs import StartRig
 
 LAB = (switch(switch_ms=1, size="8x8"),)
@@ -33,6 +33,7 @@ async def test_a_hold_refuses_others_and_lets_its_holder_through(start_rig: Star
             made = await client.post("/v1/switches/ocs1/connections",
                                      {"pairs": [[1, 9]], "hold": hold["id"]})
             assert made["outcome"] == "ok"
+
             # Ports nobody holds change as ever.
             other = await client.post("/v1/switches/ocs1/connections", {"pairs": [[2, 10]]})
             assert other["outcome"] == "ok"
@@ -93,5 +94,29 @@ async def test_bad_holds_are_refused(start_rig: StartRig, body: dict[str, object
             with pytest.raises(DaemonError, match=says):
                 await client.post("/v1/holds", body)
             assert await client.get("/v1/holds") == []
+        finally:
+            await client.close()
+
+
+async def test_a_circuit_across_a_held_port_is_refused(start_rig: StartRig) -> None:
+    parts = (*LAB, endpoint("a", launch_dbm=0), endpoint("b"), fiber("a", "ocs1:1"),
+             fiber("ocs1:9", "b"))
+    async with start_rig("holds", *parts, token="t") as rig:
+        client = DaemonClient(rig.daemon.url, "t")
+        try:
+            hold = await client.hold("ocs1", [9], "bob", ttl_s=30)
+            with pytest.raises(DaemonError, match="409 ocs1 port 9 held by 'bob'"):
+                await client.post("/v1/circuits", {"from": "a", "to": "b"})
+            made = await client.post("/v1/circuits", {"from": "a", "to": "b",
+                                                      "hold": hold["id"]})
+            assert [r["outcome"] for r in made["reconfigurations"]] == ["ok"]
+            # Freeing port 1, held by nobody, frees its partner 9 as well: refused.
+            with pytest.raises(DaemonError, match="409 ocs1 port 9 held by 'bob'"):
+                await client.post("/v1/switches/ocs1/disconnect", {"ports": [1]})
+            with pytest.raises(DaemonError, match="409 ocs1 port 9 held by 'bob'"):
+                await client.post("/v1/circuits/disconnect", {"from": "a", "to": "b"})
+            await client.release_hold(hold["id"])
+            await client.post("/v1/circuits/disconnect", {"from": "a", "to": "b"})
+            assert await client.get("/v1/circuits") == []
         finally:
             await client.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -183,6 +183,28 @@ async def check(engine: Engine, switch: str, ports: Callable[[], Iterable[int]],
         registry.refuse(switch, ports(), hold)
 
 
+async def check_hops(engine: Engine, hops: Callable[[], Mapping[str, Iterable[Any]]],
+                     hold: str | None) -> None:
+    """As :func:`check`, for a circuit's hops: ``hops()`` gives each switch's pairs the
+    circuit would make, or the ports it would free (their partners freed with them),
+    worked out only where something is held."""
+    registry = holds_of(engine)
+    await registry.ready()
+    if registry.held:
+        for switch, items in hops().items():
+            pairs = [i for i in items if isinstance(i, tuple | list)]
+            ports = {p for pair in pairs for p in pair} | freed_ports(
+                engine, switch, [i for i in items if not isinstance(i, tuple | list)])
+            registry.refuse(switch, ports, hold)
+
+
+def freed_ports(engine: Engine, switch: str, ports: Iterable[int]) -> set[int]:
+    """The ports a disconnect of ``ports`` touches: each, and its partner in a circuit."""
+    intended = engine.intended.get(switch, {})
+    partner = {**intended, **{b: a for a, b in intended.items()}}
+    return {q for p in ports for q in (p, partner.get(p)) if q is not None}
+
+
 def replaced_ports(engine: Engine, switch: str, pairs: Iterable[tuple[int, int]]
                    ) -> set[int]:
     """The ports a whole-map change would touch: those of the pairs made and broken."""
@@ -222,4 +244,5 @@ async def release(hold: HoldId, services: ServicesDep) -> dict[str, Any]:
     return {"released": hold}
 
 
-__all__ = ["DEFAULT_TTL_S", "Hold", "Holds", "check", "holds_of", "replaced_ports"]
+__all__ = ["DEFAULT_TTL_S", "Hold", "Holds", "check", "check_hops", "freed_ports",
+           "holds_of", "replaced_ports"]

@@ -16,6 +16,7 @@ from labd.daemon.api.bodies import CircuitBody, MapBody, PairsBody, PortsBody
 from labd.daemon.api.deps import OPERATOR, ServicesDep
 from labd.daemon.api.shapes import route_dict
 from labd.daemon.api.shortcut import Shortcut
+from labd.fabric import routing
 from labd.fabric.engine import Engine, Result
 from labd.lab.wiring import circuits
 
@@ -84,7 +85,8 @@ async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
 
 
 async def _disconnect(engine: Engine, switch: str, body: PortsBody) -> Result:
-    await holds.check(engine, switch, lambda: body.ports, body.hold)
+    await holds.check(engine, switch, lambda: holds.freed_ports(engine, switch, body.ports),
+                      body.hold)
     return await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
                                     verify_light=body.verify_light)
 
@@ -125,6 +127,9 @@ async def circuits_now(services: ServicesDep) -> list[dict[str, Any]]:
 @router.post("/v1/circuits", **OPERATOR)
 async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """An end-to-end circuit between two endpoints, over as many switches as it takes."""
+    engine = services.engine
+    await holds.check_hops(engine, lambda: routing.hops_to_make(
+        services.lab, engine.switches, engine.intended, [(body.src, body.dst)])[1], body.hold)
     routes, results = await services.engine.connect_endpoints(
         [(body.src, body.dst)], cause=body.cause, verify_light=body.verify_light)
     return {"route": route_dict(routes[0]), "reconfigurations": [
@@ -134,6 +139,9 @@ async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
 @router.post("/v1/circuits/disconnect", **OPERATOR)
 async def uncircuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """Take down the circuit between two endpoints, on every switch it crosses."""
+    engine = services.engine
+    await holds.check_hops(engine, lambda: routing.hops_to_break(
+        services.lab, engine.intended, body.src, body.dst)[1], body.hold)
     route, results = await services.engine.disconnect_endpoints(
         body.src, body.dst, cause=body.cause, verify_light=body.verify_light)
     return {"route": route_dict(route), "reconfigurations": [
