@@ -81,6 +81,11 @@ class _Session:
                               "the Device first (init_devices)")
         return self._client
 
+    @property
+    def connected(self) -> bool:
+        """Whether a client was made (not in ``init_devices(mock=True)``)."""
+        return self._client is not None
+
     def open(self) -> DaemonClient:
         if self._client is None:
             self._client = self.target.client()
@@ -112,9 +117,46 @@ class _DaemonConnector(DeviceConnector):
         await super().connect_real(device, timeout, force_reconnect)
 
 
+class _ApiBackend(SignalBackend[Any]):
+    """A scalar whose value is the daemon's: read by ``getter``, put by ``setter``. Not a
+    soft signal, so that ``init_devices(mock=True)`` puts ophyd-async's mock in its place
+    (a soft backend would be kept, and call the daemon); the value, its conversion and its
+    callbacks are kept by a soft backend inside."""
+
+    def __init__(self, datatype: type[Any], getter: Callable[[], Awaitable[Any]],
+                 setter: Callable[[Any], Awaitable[None]] | None = None,
+                 **metadata: Any) -> None:
+        self._soft = SoftSignalBackend(datatype, getter=getter, setter=setter, **metadata)
+        super().__init__(datatype)
+
+    def source(self, name: str, read: bool) -> str:
+        return f"labd://{name}"
+
+    async def connect(self, timeout: float) -> None:
+        """Nothing to connect: the Device's connector has made the client."""
+
+    async def put(self, value: Any) -> None:
+        await self._soft.put(value)
+
+    async def get_datakey(self, source: str) -> DataKey:
+        return await self._soft.get_datakey(source)
+
+    async def get_reading(self) -> Reading[Any]:
+        return await self._soft.get_reading()
+
+    async def get_value(self) -> Any:
+        return await self._soft.get_value()
+
+    async def get_setpoint(self) -> Any:
+        return await self._soft.get_setpoint()
+
+    def set_callback(self, callback: Callback[Reading[Any]] | None) -> None:
+        self._soft.set_callback(callback)
+
+
 def _signal_r(datatype: type[Any], getter: Callable[[], Awaitable[Any]], **metadata: Any
               ) -> SignalR[Any]:
-    return SignalR(backend=SoftSignalBackend(datatype, getter=getter, **metadata))
+    return SignalR(backend=_ApiBackend(datatype, getter, **metadata))
 
 
 class _MapBackend(SignalBackend[Any]):
@@ -226,8 +268,7 @@ class DaemonPort(_Polled):
             return await switch().power(port, last["output"])
 
         with self.add_children_as_readables(StandardReadableFormat.HINTED_SIGNAL):
-            self.output = SignalRW(backend=SoftSignalBackend(
-                int, getter=output, setter=set_output))
+            self.output = SignalRW(backend=_ApiBackend(int, output, set_output))
             self.power = _signal_r(float, power, units="dBm", precision=_DBM_PRECISION)
         self._polled = (self.output, self.power)
         super().__init__(name=name)
@@ -270,10 +311,11 @@ class DaemonSwitch(_Polled):
 
     @AsyncStatus.wrap
     async def stage(self) -> None:
-        """Staged by a plan that reads it (or ``bpp.stage_wrapper``): hold ``hold`` (by
-        default the ports named) for the plan, renewed until it unstages."""
+        """Staged by a plan that moves or reads it (the RunEngine stages a signal's root
+        Device): hold ``hold`` (by default the ports named) for the plan, renewed until it
+        unstages. A mock Device holds nothing."""
         await super().stage()
-        if self.hold_ports and self._held is None:
+        if self.hold_ports and self._held is None and self._session.connected:
             self._held = await HeldPorts(self._session.client, self.switch_id,
                                          self.hold_ports, self.holder,
                                          ttl_s=self.hold_ttl_s, holds=self._holds).take()

@@ -20,6 +20,7 @@ import pytest
 from bluesky import RunEngine
 from bluesky import plan_stubs as bps
 from bluesky import plans as bp
+from bluesky import preprocessors as bpp
 from bluesky.callbacks import LiveTable
 from bluesky.callbacks.best_effort import BestEffortCallback
 from ophyd_async.core import init_devices
@@ -224,14 +225,19 @@ def test_a_plan_holds_its_ports_and_others_are_refused(rig: Background, lab: Dae
         ocs = DaemonSwitch("ocs1", ports=[1], hold=[1, 9, 10], holder="scan 42",
                            url=rig.daemon.url, token="t")
     other = lab.switch("ocs1")
-    RE(bps.stage(ocs))  # as a plan that reads ocs does
-    try:
-        RE(bps.mv(ocs.ports[1].output, 9))  # the plan's own change names its hold
-        with pytest.raises(DaemonError, match=r"409 ocs1 port.* held by 'scan 42'"):
+    refusals: list[str] = []
+
+    def plan() -> Iterator[Any]:
+        yield from bps.mv(ocs.ports[1].output, 9)  # the plan's own change names its hold
+        try:
             other.set_output(1, 10)
-        assert [h["holder"] for h in lab.get("/v1/holds")] == ["scan 42"]
-    finally:
-        RE(bps.unstage(ocs))
+        except DaemonError as refused:
+            refusals.append(str(refused))
+        refusals.append(repr([h["holder"] for h in lab.get("/v1/holds")]))
+
+    RE(bpp.stage_wrapper(plan(), [ocs]))
+    assert len(refusals) == 2 and "409 ocs1 port" in refusals[0], refusals
+    assert "held by 'scan 42'" in refusals[0] and refusals[1] == "['scan 42']"
     assert lab.get("/v1/holds") == []
     other.set_output(1, 10)
     assert other.cross_connects() == {1: 10}
@@ -252,3 +258,30 @@ def test_a_script_holds_ports_for_a_block(rig: Background, lab: DaemonLab) -> No
             assert hold.lost is None
         assert lab.get("/v1/holds") == []
         theirs.set_output(1, 10)
+
+
+def test_a_scan_over_a_port_holds_it_for_the_plan(rig: Background, lab: DaemonLab) -> None:
+    RE = RunEngine()
+    with init_devices():
+        ocs = DaemonSwitch("ocs1", ports=[1], hold=[1, 9, 10], url=rig.daemon.url, token="t")
+        pm = DaemonMeter("pm1", channels=[1], url=rig.daemon.url, token="t")
+    seen: list[list[str]] = []
+
+    def during(name: str, doc: dict[str, Any]) -> None:
+        if name == "event":  # the RunEngine stages the moved signal's Device: held now
+            seen.append([h["holder"] for h in lab.get("/v1/holds")])
+
+    RE(bp.scan([pm], ocs.ports[1].output, 9, 10, 2), during)
+    assert seen == [["a Bluesky plan"]] * 2
+    assert lab.get("/v1/holds") == []
+
+
+def test_mock_devices_try_a_plan_without_a_daemon() -> None:
+    RE = RunEngine()
+    with init_devices(mock=True):
+        ocs = DaemonSwitch("ocs1", ports=[1], url="http://127.0.0.1:9", token="t")
+        pm = DaemonMeter("pm1", channels=[1], url="http://127.0.0.1:9", token="t")
+    events: list[dict[str, Any]] = []
+    RE(bp.scan([pm], ocs.ports[1].output, 9, 10, 2),
+       lambda name, doc: events.append(doc) if name == "event" else None)
+    assert [e["data"]["ocs-ports-1-output"] for e in events] == [9, 10]
