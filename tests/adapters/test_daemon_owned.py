@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import event_model
+import matplotlib
 import pytest
 from bluesky import RunEngine
 from bluesky import plan_stubs as bps
@@ -65,13 +66,15 @@ class Problems(logging.Handler):
         self.records.append(record)
 
 
+@pytest.mark.timeout(180)  # matplotlib draws BestEffortCallback's figures: seconds each
 def test_a_scan_over_one_port_with_a_meter_as_detector(rig: Background, lab: DaemonLab
                                                         ) -> None:
     RE = RunEngine()
     documents: list[tuple[str, dict[str, Any]]] = []
     RE.subscribe(lambda name, doc: documents.append((name, doc)))
+    matplotlib.use("Agg")  # the plots drawn as a notebook's would be, off screen
     bec = BestEffortCallback()
-    bec.disable_plots()
+    bec.disable_plots()  # each figure costs seconds here: drawn for the map's scan alone
     RE.subscribe(bec)
     RE.subscribe(LiveTable(["ocs-ports-1-output", "pm-channels-1-power"]))
     problems = Problems()
@@ -84,7 +87,9 @@ def test_a_scan_over_one_port_with_a_meter_as_detector(rig: Background, lab: Dae
                 pm = DaemonMeter("pm1", channels=[1, 2], url=rig.daemon.url, token="t")
             RE(bps.mv(ocs.cross_connects, {1: 9}))
             RE(bp.scan([pm], ocs.ports[1].output, 9, 10, 2))
+            bec.enable_plots()  # a scan over the whole map: what raised in the plots before
             RE(bp.list_scan([pm, ocs], ocs.cross_connects, [{1: 9}, [(1, 10)]]))
+            bec.disable_plots()
             RE(bp.count([ocs, pm], 2))
     finally:
         logging.getLogger().removeHandler(problems)
