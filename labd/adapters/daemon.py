@@ -101,17 +101,16 @@ def pairs_of(value: MapLike | None) -> Pairs:
         return []
     if isinstance(value, Mapping):
         items: Iterable[Any] = value.items()
-    elif isinstance(value, str | bytes):
+    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        items = value
+    else:
         raise RequestError(f"cross-connects {value!r}: give a dict {{1: 17}} or pairs "
                            "[(1, 17)]")
-    else:
-        items = value
     pairs = []
     for item in items:
-        try:
-            a, b = item
-        except (TypeError, ValueError):
-            raise RequestError(f"cross-connect {item!r} is not a pair of ports") from None
+        if not isinstance(item, Sequence) or isinstance(item, str | bytes) or len(item) != 2:
+            raise RequestError(f"cross-connect {item!r} is not a pair of ports")
+        a, b = item
         pairs.append([_port(a, "port"), _port(b, "port")])
     return pairs
 

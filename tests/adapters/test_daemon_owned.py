@@ -24,6 +24,8 @@ from bluesky import plans as bp
 from bluesky import preprocessors as bpp
 from bluesky.callbacks import LiveTable
 from bluesky.callbacks.best_effort import BestEffortCallback
+from hypothesis import given
+from hypothesis import strategies as st
 from ophyd_async.core import init_devices
 
 from labd.adapters.blocking import DaemonLab
@@ -146,9 +148,33 @@ def test_what_the_daemon_lacks_is_named(lab: DaemonLab) -> None:
 def test_maps_in_every_shape_a_framework_gives_them() -> None:
     assert pairs_of({1: 17}) == pairs_of({"1": 17}) == pairs_of([(1, 17)]) == [[1, 17]]
     assert pairs_of(None) == pairs_of({}) == []
-    for bad in ("1:17", [(1,)], [(1, True)], {1.5: 2}, [(1, "x")]):
+    for bad in ("1:17", [(1,)], [(1, True)], {1.5: 2}, [(1, "x")], [{"1": 0, "2": 0}],
+                ["12"], 17, True):
         with pytest.raises(RequestError):
             pairs_of(bad)  # type: ignore[arg-type]
+
+
+PORTS = st.integers(min_value=0, max_value=2**31)
+
+
+@given(st.dictionaries(PORTS, PORTS, max_size=20))
+def test_a_map_reads_the_same_in_every_shape(mapping: dict[int, int]) -> None:
+    expected = [[a, b] for a, b in mapping.items()]
+    assert pairs_of(mapping) == expected
+    assert pairs_of({str(a): b for a, b in mapping.items()}) == expected
+    assert pairs_of(list(mapping.items())) == expected
+    assert pairs_of(json.loads(json.dumps(expected))) == expected
+
+
+@given(st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=4)
+                    | st.integers(), lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8))
+def test_anything_else_is_a_request_error_or_a_map(value: Any) -> None:
+    try:
+        pairs = pairs_of(value)
+    except RequestError:
+        return
+    assert all(type(a) is int and type(b) is int for a, b in pairs)
 
 
 def test_a_target_from_the_lab_file_the_daemon_runs(tmp_path: Path,
