@@ -231,8 +231,12 @@ def test_a_qcodes_station_from_yaml_and_dond_over_a_port(rig: Background, lab: D
 
         initialise_or_create_database_at(tmp_path / "q.db")
         load_or_create_experiment("owner", sample_name="emulated")
-        dataset, _, _ = dond(ArraySweep(ocs.port1.output, [9, 10]), pm.ch1.power,
-                             pm.ch2.power, ocs.port1.power, show_progress=False)
+        with ocs.hold([1, 9, 10], holder="sweep 7"):
+            dataset, _, _ = dond(ArraySweep(ocs.port1.output, [9, 10]), pm.ch1.power,
+                                 pm.ch2.power, ocs.port1.power, show_progress=False)
+            with pytest.raises(DaemonError, match="held by 'sweep 7'"):
+                lab.switch("ocs1").set_output(1, 9)
+        assert lab.get("/v1/holds") == []
         data = dataset.get_parameter_data()
         ch1 = list(data["pm_ch1_power"]["pm_ch1_power"])
         ch2 = list(data["pm_ch2_power"]["pm_ch2_power"])
