@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -29,6 +29,11 @@ async def call_json(http: httpx.AsyncClient, method: str, path: str,
             detail = response.text
         raise error(f"{method} {path}: {response.status_code} {detail}")
     return response.json()
+
+
+#: How long a meter reading may take to come back (s): a series of up to 5 s, and the
+#: meter's own exchanges.
+READ_TIMEOUT_S = 30.0
 
 
 class DaemonClient:
@@ -65,6 +70,51 @@ class DaemonClient:
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None
                       ) -> Any:
         return await call_json(self._http, method, path, DaemonError, json=body or {})
+
+    async def meters(self) -> list[dict[str, Any]]:
+        """Each power meter: driver, state, channels, ``logging`` (whether it takes a
+        series at a set rate), and what each wired channel is fed from (``sees``)."""
+        result: list[dict[str, Any]] = await self.get("/v1/meters")
+        return result
+
+    async def read_power(self, meter: str, channels: Sequence[int] | None = None, *,
+                         points: int = 1, interval_s: float | None = None
+                         ) -> dict[str, Any]:
+        """Readings taken now (``POST /v1/meters/{meter}/read``, docs/api.md): every
+        channel, or those named; ``points`` per channel, ``interval_s`` apart on a meter
+        that logs. The answer's ``channels`` maps each channel (a string) to its readings
+        in dBm, ``None`` where over range."""
+        body: dict[str, Any] = {"points": points}
+        if channels is not None:
+            body["channels"] = list(channels)
+        if interval_s is not None:
+            body["interval_s"] = interval_s
+        # A series takes up to the daemon's bound (5 s) on top of the exchange itself.
+        result: dict[str, Any] = await call_json(
+            self._http, "POST", f"/v1/meters/{meter}/read", DaemonError, json=body,
+            timeout=READ_TIMEOUT_S)
+        return result
+
+    async def delete(self, path: str) -> Any:
+        return await call_json(self._http, "DELETE", path, DaemonError)
+
+    async def hold(self, switch: str, ports: Sequence[int], holder: str, *,
+                   ttl_s: float | None = None) -> dict[str, Any]:
+        """Hold ``ports`` of ``switch`` (``POST /v1/holds``): changes to them by anyone
+        else are refused until the hold ends. Renew it (:meth:`renew_hold`) within its
+        ``ttl_s``; the answer's ``id`` goes with the holder's own changes (``"hold"``)."""
+        body: dict[str, Any] = {"switch": switch, "ports": list(ports), "holder": holder}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        result: dict[str, Any] = await self.post("/v1/holds", body)
+        return result
+
+    async def renew_hold(self, hold: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.put(f"/v1/holds/{hold}")
+        return result
+
+    async def release_hold(self, hold: str) -> None:
+        await self.delete(f"/v1/holds/{hold}")
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The snapshot, then every event, until the connection ends (DaemonError)."""

@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -144,3 +145,19 @@ class Lease(Base):
     url: Mapped[str] = mapped_column(String(500))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     renewed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PortHold(Base):
+    """Ports of a switch held by one client for as long as it renews the lease
+    (``/v1/holds``): changes to them from anyone else are refused. Kept here so that a
+    daemon taking over the lead (or restarting) refuses them too; ``expires_at`` is
+    wall-clock seconds (the Unix epoch), comparable between the daemons of a lab."""
+
+    __tablename__ = "port_holds"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    switch: Mapped[str] = mapped_column(String(64))
+    ports: Mapped[list[int]] = mapped_column(JSON)
+    holder: Mapped[str] = mapped_column(String(200))
+    ttl_s: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)

@@ -7,7 +7,8 @@ Fixtures:
 - ``labd_lab`` (session): the lab file, parsed (labd.lab.loader.Lab);
 - ``labd_daemon`` (session): a daemon on it (labd.testing.running.LabdDaemon: url, token,
   addresses), with the lab's emulators unless ``--labd-lab`` names a real lab;
-- ``labd_client`` (function): labd.client.api.DaemonClient on it, on the test's loop;
+- ``labd_client`` (function): labd.client.api.DaemonClient on it, on the test's loop
+  (its ``read_power`` reads a meter through the daemon);
 - ``labd_emulators`` (function): the emulators' control endpoint
   (labd.testing.clients.Emulators: faults, ground truth); a test that asks for it is
   skipped on a real lab, as is one marked ``labd_emulated``.
@@ -145,7 +146,9 @@ else:
 @pytest.fixture
 def labd_client(_labd_test: tuple[DaemonClient, Emulators | None]) -> DaemonClient:
     """The daemon's API (labd.client.api.DaemonClient, admin key) on the test's loop:
-    ``await labd_client.get("/v1/circuits")``, ``.post``, ``.put``, ``.events()``."""
+    ``await labd_client.get("/v1/circuits")``, ``.post``, ``.put``, ``.events()``; a
+    meter read now, one channel, all or a series: ``.read_power("pm1", [2])``,
+    ``.read_power("pm1", points=100, interval_s=1e-3)``."""
     return _labd_test[0]
 
 

@@ -24,3 +24,10 @@ def test_the_drivers_and_the_blocking_facade_load_no_framework() -> None:
 def test_each_adapter_loads_its_own_framework_only() -> None:
     assert loaded_after("import instruments.adapters.qcodes") == {"qcodes"}
     assert "qcodes" not in loaded_after("import instruments.adapters.ophyd")
+
+
+def test_the_daemon_owned_adapters_load_only_their_own_framework() -> None:
+    assert loaded_after("import labd.adapters, labd.adapters.daemon, "
+                        "labd.adapters.blocking") == set()
+    assert loaded_after("import labd.adapters.qcodes") == {"qcodes"}
+    assert "qcodes" not in loaded_after("import labd.adapters.ophyd")

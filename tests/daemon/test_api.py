@@ -33,11 +33,14 @@ ROUTES = {
     ("GET", "/v1/failovers"), ("GET", "/v1/failovers/{failover}"),
     ("GET", "/v1/reconfigurations"), ("GET", "/v1/reconfigurations/{reconfiguration}/traces"),
     ("GET", "/v1/reconfigurations/stats"),
+    ("GET", "/v1/meters"), ("GET", "/v1/meters/{meter}"), ("POST", "/v1/meters/{meter}/read"),
+    ("GET", "/v1/holds"), ("POST", "/v1/holds"), ("PUT", "/v1/holds/{hold}"),
+    ("DELETE", "/v1/holds/{hold}"),
 }
 #: The routes that change something, and the role each needs; every other one is a read
 #: (viewer). An agent's routes need an admin key or the host's own key.
-OPERATOR = {(m, p) for m, p in ROUTES if m in ("POST", "PUT") and p.startswith(
-    ("/v1/switches", "/v1/circuits"))}
+OPERATOR = {(m, p) for m, p in ROUTES if m in ("POST", "PUT", "DELETE") and p.startswith(
+    ("/v1/switches", "/v1/circuits", "/v1/holds"))}
 AGENT = {(m, p) for m, p in ROUTES if p.startswith("/v1/agents")}
 ADMIN = {(m, p) for m, p in ROUTES if m == "POST" and p.startswith(("/v1/jobs", "/v1/drills"))
          } | AGENT

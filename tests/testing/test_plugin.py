@@ -38,6 +38,15 @@ async def test_make_a_circuit_and_read_it_back(labd_client):
 
 
 @pytest.mark.asyncio
+async def test_the_light_reaches_the_receivers_tap(labd_client):
+    await labd_client.post("/v1/circuits", {"from": "h0.nic0", "to": "h1.nic0"})
+    now = await labd_client.read_power("pm1", [2])      # ocs1:18, h1's receiver, tapped
+    assert now["channels"]["2"][0] > -40
+    series = await labd_client.read_power("pm1", [2], points=20, interval_s=0.001)
+    assert len(series["channels"]["2"]) == 20 and min(series["channels"]["2"]) > -40
+
+
+@pytest.mark.asyncio
 async def test_a_failed_port_refuses_the_change(labd_client, labd_emulators):
     await labd_emulators.inject("ocs1", {"kind": "fail_port", "port": 2})
     result = await labd_client.post("/v1/switches/ocs1/connections", {"pairs": [[2, 19]]})
@@ -93,7 +102,7 @@ def test_installing_labd_registers_the_plugin() -> None:
 def test_the_users_tests_pass_on_the_emulated_lab(project: pytest.Pytester) -> None:
     result = run(project)
     result.stdout.fnmatch_lines(["labd: lab demo (emulated; from the default)"])
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)
 
 
 async def test_the_same_tests_run_on_a_real_lab(project: pytest.Pytester,
@@ -115,7 +124,7 @@ async def test_the_same_tests_run_on_a_real_lab(project: pytest.Pytester,
         await emulators.stop()
     result.stdout.fnmatch_lines([f"labd: lab {rack} (real hardware, no emulation; "
                                  "from --labd-lab)"])
-    result.assert_outcomes(passed=3, skipped=2)
+    result.assert_outcomes(passed=4, skipped=2)
     result.stdout.fnmatch_lines([
         "*::test_a_failed_port_refuses_the_change SKIPPED (needs the emulators' control "
         "endpoint (fault injection, ground truth); --labd-lab runs on real hardware)*",

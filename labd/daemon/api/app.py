@@ -24,10 +24,12 @@ from labd.daemon.api import (
     errors,
     events,
     failovers,
+    holds,
     hosts,
     instruments,
     jobs,
     meta,
+    meters,
     metrics,
     reconfigurations,
     switches,
@@ -39,7 +41,7 @@ from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics, cabling)
+           events, metrics, cabling, meters, holds)
 
 
 def create_app(services: Services) -> FastAPI:

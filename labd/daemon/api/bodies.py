@@ -26,6 +26,8 @@ class Body(BaseModel):
 class ChangeBody(Body):
     verify_light: StrictBool = True
     cause: Cause = Field("api", description="recorded with the reconfiguration")
+    hold: str | None = Field(None, max_length=64, description=(
+        "the id of the caller's hold (/v1/holds): its ports may be changed"))
 
 
 class PairsBody(ChangeBody):

@@ -11,10 +11,12 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from instruments.errors import NotSupported
+from labd.daemon.api import holds
 from labd.daemon.api.bodies import CircuitBody, MapBody, PairsBody, PortsBody
 from labd.daemon.api.deps import OPERATOR, ServicesDep
 from labd.daemon.api.shapes import route_dict
 from labd.daemon.api.shortcut import Shortcut
+from labd.fabric import routing
 from labd.fabric.engine import Engine, Result
 from labd.lab.wiring import circuits
 
@@ -67,6 +69,8 @@ def engine_of(request: Request) -> Engine:
 # What each reconfiguration route does, apart from HTTP: the route calls it, and so does its
 # shortcut (shortcut.py), which answers a valid request without FastAPI's routing.
 async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
+    await holds.check(engine, switch, lambda: (p for pair in body.pairs for p in pair),
+                      body.hold)
     return await engine.reconfigure(switch, connect=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
@@ -74,11 +78,15 @@ async def _connect(engine: Engine, switch: str, body: PairsBody) -> Result:
 async def _replace(engine: Engine, switch: str, body: MapBody) -> Result:
     # The pairs as given, not dict(body.pairs): a dict would keep a port's last pair and
     # hide that it was given twice.
+    await holds.check(engine, switch,
+                      lambda: holds.replaced_ports(engine, switch, body.pairs), body.hold)
     return await engine.reconfigure(switch, replace=body.pairs, cause=body.cause,
                                     verify_light=body.verify_light)
 
 
 async def _disconnect(engine: Engine, switch: str, body: PortsBody) -> Result:
+    await holds.check(engine, switch, lambda: holds.freed_ports(engine, switch, body.ports),
+                      body.hold)
     return await engine.reconfigure(switch, disconnect=body.ports, cause=body.cause,
                                     verify_light=body.verify_light)
 
@@ -119,6 +127,9 @@ async def circuits_now(services: ServicesDep) -> list[dict[str, Any]]:
 @router.post("/v1/circuits", **OPERATOR)
 async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """An end-to-end circuit between two endpoints, over as many switches as it takes."""
+    engine = services.engine
+    await holds.check_hops(engine, lambda: routing.hops_to_make(
+        services.lab, engine.switches, engine.intended, [(body.src, body.dst)])[1], body.hold)
     routes, results = await services.engine.connect_endpoints(
         [(body.src, body.dst)], cause=body.cause, verify_light=body.verify_light)
     return {"route": route_dict(routes[0]), "reconfigurations": [
@@ -128,6 +139,9 @@ async def circuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
 @router.post("/v1/circuits/disconnect", **OPERATOR)
 async def uncircuit(body: CircuitBody, services: ServicesDep) -> dict[str, Any]:
     """Take down the circuit between two endpoints, on every switch it crosses."""
+    engine = services.engine
+    await holds.check_hops(engine, lambda: routing.hops_to_break(
+        services.lab, engine.intended, body.src, body.dst)[1], body.hold)
     route, results = await services.engine.disconnect_endpoints(
         body.src, body.dst, cause=body.cause, verify_light=body.verify_light)
     return {"route": route_dict(route), "reconfigurations": [
