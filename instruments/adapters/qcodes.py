@@ -98,8 +98,9 @@ class OpticalSwitchInstrument(Instrument):
                     for p in (range(1, info.ports + 1) if ports is None else ports)]
         for channel in channels:
             self.add_submodule(channel.short_name, channel)
+        # Not in the snapshot: each port is there once already, as port<n>.
         self.ports: ChannelTuple[SwitchPort] = self.add_submodule(
-            "ports", ChannelTuple(self, "ports", SwitchPort, channels))
+            "ports", ChannelTuple(self, "ports", SwitchPort, channels, snapshotable=False))
 
     def port(self, port: int) -> SwitchPort:
         """The channel of ``port`` (its number, not its place in :attr:`ports`)."""

@@ -101,6 +101,9 @@ def test_a_station_snapshot_holds_every_family(served_lab: ServedLab,
     assert switch["parameters"]["IDN"]["value"]["vendor"] == "Polatis"
     assert switch["parameters"]["IDN"]["value"]["model"].endswith("16x16")
     ports = switch["submodules"]
+    # Each port once, as port<n>: the ports tuple is not snapshotted a second time.
+    assert ports["ports"] == {"snapshotable": False,
+                              "__class__": "qcodes.instrument.channel.ChannelTuple"}
     assert ports["port17"]["parameters"]["power"]["value"] == pytest.approx(
         LAUNCH["laser0"] - INTO_SWITCH_DB - SWITCH_DB, abs=TOLERANCE_DB)
     assert ports["port17"]["parameters"]["power"]["unit"] == "dBm"
