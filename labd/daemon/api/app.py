@@ -29,6 +29,7 @@ from labd.daemon.api import (
     jobs,
     meta,
     metrics,
+    probes,
     reconfigurations,
     switches,
 )
@@ -39,7 +40,7 @@ from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics, cabling)
+           events, metrics, cabling, probes)
 
 
 def create_app(services: Services) -> FastAPI:
