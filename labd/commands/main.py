@@ -10,6 +10,7 @@ import inspect
 from typing import Annotated
 
 import typer
+import typer.main
 
 from labd import __version__
 from labd.agent.cli import agent
@@ -97,4 +98,7 @@ _reflow(app)
 
 
 def main() -> None:
-    app()
+    from labd.commands.complete import attach
+
+    # Built here, not by app(), so that values complete too (labd.commands.complete).
+    attach(typer.main.get_command(app))()
