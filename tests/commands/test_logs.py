@@ -187,6 +187,8 @@ async def refused_agent(lab: str, url: str) -> tuple[int, str, list[dict[str, ob
             await proc.wait()
     errors += rest.decode().splitlines(keepends=True)
     assert proc.returncode is not None
+    printed = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+    assert printed and all(line["logger"] == "labd.agent" for line in printed)
     return proc.returncode, out.decode() + "".join(errors), [
         json.loads(line) for line in errors if line.strip()]
 
