@@ -105,7 +105,8 @@ async def test_a_standby_is_ready(tmp_path: Path) -> None:
     with postgres_database() as url:
         async with emulated:
             addresses = {e.id: endpoint_of(emulated, e) for e in entries}
-            ha = HaSettings(url, renew_s=0.1, ttl_s=0.5)
+            # A lease that outlives a loaded machine's pauses: this is no takeover test.
+            ha = HaSettings(url, renew_s=0.2, ttl_s=5.0)
             first = Daemon(lab, db=url, addresses=addresses, port=0, token="t", ha=ha)
             second = Daemon(lab, db=url, addresses=addresses, port=0, token="t", ha=ha)
             async with first, second:
