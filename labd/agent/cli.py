@@ -82,7 +82,8 @@ def agent(
     from labd.agent.nics import SysfsNics
     from labd.agent.nvml import NvmlBackend
     from labd.agent.reporter import Agent
-    from labd.logs import LogSettingsError, add_secrets, configure, level_for
+    from labd.logs import LogSettingsError, add_secrets, configure, json_consoles, level_for
+    from labd.terminal import err_console
 
     # -v of the labd command (python -m labd.agent has none)
     options = ctx.find_root().obj
@@ -91,6 +92,8 @@ def agent(
         configure(level_for(verbose, log_level), log_format, log_file)
     except LogSettingsError as exc:
         raise fail(f"log options: {exc}") from None
+    if log_format == "json":  # what it prints on start, and its errors: JSON lines too
+        json_consoles(console, err_console, "labd.agent")
     if (mqtt is None) == (daemon is None):
         raise fail("give one of --mqtt URL (the lab's broker) or --daemon URL (its API)")
     commands = {name: shlex.split(command) for name, command in

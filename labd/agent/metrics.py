@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from labd.agent.health import Health
+from labd.build import add_standard_collectors
 from labd.errors import AgentError
 
 if TYPE_CHECKING:
@@ -43,10 +44,16 @@ class AgentCollector(Collector):
         health = GaugeMetricFamily("labd_agent_gpu_health",
                                    "1 for each GPU's latest verdict", labels=[
                                        *names, "gpu", "health"])
-        for index, verdict in sorted(agent.verdicts.items()):
+        verdicts = dict(agent.verdicts)  # a copy: read off-loop
+        # The GPUs the host should have are there, all 0, before their first verdict: a
+        # panel of a new agent reads "no verdict yet", not "No data".
+        indices = sorted(set(verdicts) | set(range(agent.expected or 0)))
+        for index in indices:
+            verdict = verdicts.get(index)
             for name in Health:
                 health.add_metric([*values, str(index), name.value],
-                                  1.0 if verdict.health is name else 0.0)
+                                  1.0 if verdict is not None and verdict.health is name
+                                  else 0.0)
         yield health
         nics = GaugeMetricFamily("labd_agent_nic_up", "1 while the NIC's link has carrier",
                                  labels=[*names, "nic"])
@@ -67,8 +74,11 @@ class AgentCollector(Collector):
 
 
 def agent_registry(agent: Agent) -> CollectorRegistry:
+    """The agent's figures, with the process's and ``labd_build_info``
+    (labd.build.add_standard_collectors)."""
     registry = CollectorRegistry()
     registry.register(AgentCollector(agent))
+    add_standard_collectors(registry)
     return registry
 
 

@@ -10,6 +10,7 @@ import inspect
 from typing import Annotated
 
 import typer
+import typer.main
 
 from labd import __version__
 from labd.agent.cli import agent
@@ -20,6 +21,7 @@ from labd.commands.common import console
 from labd.commands.demo import demo
 from labd.commands.emulate import emulate
 from labd.commands.fleet import fleet
+from labd.commands.health import health
 from labd.commands.probe import probe_command
 from labd.commands.run import run_daemon
 from labd.commands.tui import tui
@@ -89,6 +91,7 @@ app.command()(agent)
 app.command()(emulate)
 app.command("probe")(probe_command)
 app.command("check")(check)
+app.command("health")(health)
 app.command("broker-config")(broker_config)
 app.command("fleet")(fleet)
 app.add_typer(config.app, name="config")
@@ -97,4 +100,7 @@ _reflow(app)
 
 
 def main() -> None:
-    app()
+    from labd.commands.complete import attach
+
+    # Built here, not by app(), so that values complete too (labd.commands.complete).
+    attach(typer.main.get_command(app))()

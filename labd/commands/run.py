@@ -175,7 +175,8 @@ def effective_settings(lab: str | None, config: Path | None,
 
 
 def _start_logs(resolved: Resolved, verbose: int) -> None:
-    from labd.logs import LogSettingsError, configure, level_for
+    from labd.commands.common import err_console
+    from labd.logs import LogSettingsError, configure, json_consoles, level_for
 
     settings = resolved.settings
     # -v counts where no source named a level: the one-off run at a terminal.
@@ -187,6 +188,8 @@ def _start_logs(resolved: Resolved, verbose: int) -> None:
                   secrets=[os.environ.get("LABD_TOKEN")])
     except LogSettingsError as exc:
         raise fail(f"setting log_file (from {resolved.where['log_file']}): {exc}") from None
+    if settings.log_format == "json":  # the start-up report and any error: JSON lines too
+        json_consoles(console, err_console, "labd.run")
 
 
 def _lab_secrets(lab: Lab, bus: BusSettings | None) -> list[str | None]:

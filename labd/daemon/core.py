@@ -25,6 +25,7 @@ from instruments.instrument import Instrument
 from instruments.meter import PowerMeter
 from instruments.switch import OpticalSwitch
 from labd.daemon.access import ApiSettings
+from labd.daemon.journal import Journal
 from labd.daemon.metrics import DaemonMetrics, LagSampler
 from labd.daemon.placement import Cpu, Placement
 from labd.daemon.server import Server, listen
@@ -110,6 +111,7 @@ class Daemon:
 
             self.bus = MqttBridge(self.services, mqtt)
         self.metrics = self.services.metrics = DaemonMetrics(self.services, self.bus)
+        Journal(self.hub)  # the journal's WARNING lines, read off the event stream
         self.store.on_commit = self.metrics.store_commit_seconds.observe
         self.role: Role | None = None
         """Under ``--ha``: leader, standby or taking over (labd.ha.role); None: this daemon

@@ -7,6 +7,12 @@ hosts by status, GPUs by health, the store's queue, the broker connection, WebSo
 clients) is read at scrape time. Names and labels follow Prometheus' conventions: base
 units (seconds), ``_total`` counters, one registry per daemon (tests run several in one
 process).
+
+Every labelled series a panel of docs/grafana/labd.json reads is there from the first
+scrape, at zero, for each instrument, switch and failover stage the lab has: a panel on a
+new daemon shows 0, not "No data", and ``rate()`` sees the first event as an increase. The
+registry also carries prometheus_client's process, platform and garbage-collector
+collectors and ``labd_build_info``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from labd.build import add_standard_collectors
 from labd.daemon.tallies import LoopCounter, LoopHistogram
 from labd.events import Event
 from labd.vocabulary import SPANS, STAGES, span_ns
@@ -56,6 +63,14 @@ LAG_PERIOD_S = 0.1
 LINK_STATES = ("online", "connecting", "backoff", "offline", "closed")
 HOST_STATUSES = ("online", "offline", "lost", "unknown")
 GPU_HEALTH = ("healthy", "degraded", "failed")
+#: What a failover starts from and how it mostly ends (labd.hosts.recovery), made at zero so
+#: that the failover panels read 0 before the first one; other outcomes appear when met.
+FAILOVER_TRIGGERS = ("gpu-failed", "host-lost")
+FAILOVER_OUTCOMES = ("recovered", "no-spare", "failed", "timeout")
+#: Who publishes warnings on the event stream (``source``; ``daemon`` where none is named).
+WARNING_SOURCES = ("daemon", "hosts", "mqtt")
+#: A job's statuses (labd.hosts.jobstate), each a ``labd_jobs`` series from the start.
+JOB_STATUSES = ("idle", "running", "recovering", "degraded", "stopped")
 
 
 class DaemonMetrics:
@@ -108,13 +123,38 @@ class DaemonMetrics:
             "labd_store_commit_seconds", "The store writer's time per committed batch",
             buckets=SECONDS_BUCKETS, registry=self.registry)
         self.registry.register(_StateCollector(self))
+        add_standard_collectors(self.registry)
         self._online: set[str] = set()
         # Label children by switch: ``labels()`` hashes and locks its way to the child on
         # every call, and a reconfiguration observes five spans and a count (bounded: the
         # lab's switches, and a cause and outcome from the engine's few).
         self._spans: dict[str, tuple[tuple[str, str, Any], ...]] = {}
         self._counts: dict[tuple[str, str, str], Any] = {}
+        self._zeros()
         services.hub.observe(self.observe)
+
+    def _zeros(self) -> None:
+        """Each labelled series the dashboard reads, at zero, for what the lab has."""
+        instruments = getattr(self.services, "instruments_state", None)
+        known = instruments() if callable(instruments) else []
+        for item in known:
+            name = str(item["id"])
+            self.reconnects.labels(name)
+            self.instrument_events.labels(name, "state")
+            if item.get("kind") != "switch":
+                continue
+            for span, _, _ in SPANS:
+                self.reconfiguration_seconds.labels(name, span)
+            self.reconfigurations.labels(name, "api", "ok")
+            for result in ("verified", "missing"):
+                self.light_verifications.labels(name, result)
+        for stage in STAGES:
+            self.failover_stage_seconds.labels(stage)
+        for trigger in FAILOVER_TRIGGERS:
+            for outcome in FAILOVER_OUTCOMES:
+                self.failovers.labels(trigger, outcome)
+        for source in WARNING_SOURCES:
+            self.warnings.labels(source)
 
     def expose(self) -> bytes:
         """The text exposition format (``CONTENT_TYPE``)."""
@@ -223,8 +263,8 @@ class _StateCollector(Collector):
                                 value=services.store.queue_depth)
         jobs = GaugeMetricFamily("labd_jobs", "Jobs by status", labels=["status"])
         by_status = Tally(str(state.status) for state in services.jobs.jobs.values())
-        for name, count in sorted(by_status.items()):
-            jobs.add_metric([name], count)
+        for name in (*JOB_STATUSES, *sorted(set(by_status) - set(JOB_STATUSES))):
+            jobs.add_metric([name], by_status[name])
         yield jobs
         bus = self.metrics.bus
         if bus is not None:

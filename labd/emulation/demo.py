@@ -33,12 +33,13 @@ from labd.client.control import Backdoor
 from labd.daemon.core import Daemon, StartupReport
 from labd.emulation.campaign import measure_failover
 from labd.emulation.drill import timeline_table
+from labd.emulation.readout import Load, PlainProgress, progress_for
 from labd.emulation.rig import emulated_rig
 from labd.emulation.verify import light_drill
 from labd.errors import DrillError
 from labd.fabric.engine import Result, log_resolution
 from labd.lab.loader import Lab, load_lab
-from labd.lab.wiring import dark_ingress, metered_paths
+from labd.lab.wiring import MeteredPath, dark_ingress, metered_paths
 from labd.mqtt.client import broker_reachable, local_broker
 from labd.vocabulary import percentile
 
@@ -70,15 +71,25 @@ def _pairs(switch: OpticalSwitch, k: int, rng: random.Random) -> list[tuple[int,
 
 
 async def _exercise(daemon: Daemon, name: str, backdoor: Backdoor, rounds: int,
-                    rng: random.Random, progress: Progress, task: TaskID) -> SwitchRun:
-    """Make and break batches through the daemon's engine, as any client's request would."""
+                    rng: random.Random, progress: Progress | PlainProgress,
+                    task: TaskID) -> SwitchRun:
+    """Make and break batches through the daemon's engine, as any client's request would.
+    Each single pair goes over a metered path where the switch has one, so that the light
+    column has figures for every metered switch (random pairs seldom meet a meter)."""
     engine = daemon.engine
     switch = engine.switches[name]
     run = SwitchRun(name, type(switch).driver)
+    # Not on a mesh: its random pairs meet its meters already, and a lit path left on
+    # it would light the dark ingresses its light drill relies on.
+    metered: list[MeteredPath] = [p for p in metered_paths(daemon.lab, name)
+                                  if p.meter in engine.meters] if run.driver != \
+        "qontrol-mesh" else []
     await engine.reconfigure(name, replace={}, cause="measurement", verify_light=False)
     results: list[Result] = []
     for i in range(rounds):
-        pairs = _pairs(switch, BATCHES[i % len(BATCHES)], rng)
+        batch = BATCHES[i % len(BATCHES)]
+        pairs = ([(metered[0].ingress, metered[0].egress)] if batch == 1 and metered
+                 else _pairs(switch, batch, rng))
         results.append(await engine.reconfigure(name, connect=pairs, cause="measurement"))
         progress.advance(task)
         results.append(await engine.reconfigure(name, disconnect=[a for a, _ in pairs],
@@ -161,7 +172,8 @@ async def _main_job(daemon: Daemon, report: StartupReport, backdoor: Backdoor,
     console.print(found)
     console.print(f"daemon: API {daemon.url}/v1, store {store}")
     switches = sorted(daemon.engine.switches)
-    with Progress(console=console, transient=True) as progress:
+    load = Load.start()
+    with progress_for(console) as progress:
         tasks = [progress.add_task(f"reconfiguring {name}", total=2 * rounds)
                  for name in switches]
         runs = await asyncio.gather(*(
@@ -169,6 +181,8 @@ async def _main_job(daemon: Daemon, report: StartupReport, backdoor: Backdoor,
                       task)
             for name, task in zip(switches, tasks, strict=True)))
     console.print(_report(runs))
+    console.print(load.stop().note(), style="yellow" if load.loaded else None,
+                  highlight=False)
     meters = daemon.engine.meters
     switch_drivers = [daemon.engine.switches[name] for name in switches]
     if light_events and meters:
@@ -187,7 +201,7 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
     for column in ("switch", "path", "meter", "how", "events", "p50", "p99", "max |err|"):
         table.add_column(column, justify="right" if column in ("events", "p50", "p99",
                                                                "max |err|") else "left")
-    with Progress(console=console, transient=True) as progress:
+    with progress_for(console) as progress:
         for switch in switches:
             paths = [p for p in metered_paths(lab, switch.name) if p.meter in meters]
             if not paths or switch.info is None:
@@ -220,16 +234,15 @@ async def _light(lab: Lab, switches: list[OpticalSwitch], meters: dict[str, Powe
 
 
 def _report(runs: list[SwitchRun]) -> Table:
-    table = Table(title="Reconfiguration phases through the daemon, ms (device: dispatched to "
-                        "acknowledged; true: the emulator's settling; labd: what labd's switching "
-                        "time, from the command that moves the light, adds to it; "
-                        "light: dispatched to light verified; total: requested to done)")
+    table = Table(title="Reconfigurations through the daemon, ms",
+                  caption="device: switch's answer · true: emulator's own · labd: added "
+                          "by labd · light: until seen · total: whole request")
     for column in ("switch", "n", "device p50", "device p99", "true p50", "labd p50",
                    "labd p99", "light p50 (n)", "total p50", "total p99"):
         table.add_column(column, justify="left" if column == "switch" else "right")
     for run in runs:
         light = (f"{percentile(run.light_ms, 50):.2f} ({len(run.light_ms)})" if run.light_ms
-                 else "-")
+                 else "no meter")
         table.add_row(run.switch, str(len(run.total_ms)),
                       f"{percentile(run.device_ms, 50):.2f}",
                       f"{percentile(run.device_ms, 99):.2f}",

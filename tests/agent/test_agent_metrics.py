@@ -145,3 +145,28 @@ async def test_a_metrics_port_in_use_stops_labd_agent_with_one_message() -> None
     assert proc.returncode == 2
     assert f"127.0.0.1:{taken.port}" in err.decode() and "--metrics-port" in err.decode()
     assert "Traceback" not in out.decode() + err.decode()
+
+
+def test_a_new_agent_has_every_series_from_the_first_scrape() -> None:
+    """Before its first heartbeat: each GPU it expects at 0 for every verdict, the
+    process's figures and the build it runs."""
+    from prometheus_client import generate_latest
+
+    from labd import __version__
+    from labd.agent.metrics import agent_registry
+    from labd.build import commit
+
+    agent = Agent(lab="fresh", host="h1", mqtt=MQTT, backend=EmulatedBackend(count=2),
+                  expected_gpus=2)
+    text = generate_latest(agent_registry(agent)).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    me = (("host", "h1"), ("lab", "fresh"))
+    for gpu in ("0", "1"):
+        for health in ("healthy", "degraded", "failed"):
+            key = ("labd_agent_gpu_health", tuple(sorted((*me, ("gpu", gpu),
+                                                           ("health", health)))))
+            assert samples[key] == 0
+    assert samples[("labd_agent_connected", me)] == 0
+    assert samples[("labd_build_info", (("commit", commit()), ("version", __version__)))] == 1
+    assert any(name == "process_resident_memory_bytes" for name, _ in samples)

@@ -33,13 +33,14 @@ class Running:
     _readers: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    async def start(cls, *args: str, env: dict[str, str] | None = None) -> Running:
+    async def start(cls, *args: str, env: dict[str, str] | None = None,
+                    cwd: str | None = None) -> Running:
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith(("LABD_", "NOTIFY_", "WATCHDOG_"))
                 or k == deadlines.SCALE_ENV}
         process = await asyncio.create_subprocess_exec(
             *LABD, "run", *args, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env={**base, **(env or {})})
+            stderr=asyncio.subprocess.PIPE, env={**base, **(env or {})}, cwd=cwd)
         running = cls(process)
         assert process.stdout is not None and process.stderr is not None
         running._readers = [asyncio.create_task(running._read(process.stdout, running.stdout)),
@@ -82,15 +83,25 @@ class Running:
             what, lambda: next((line for line in self.logs[after:] if match(line)), None),
             timeout)
 
+    def said(self) -> list[str]:
+        """stdout's lines as text: each JSON line's message (``--log-format json``)."""
+        out = []
+        for line in self.stdout:
+            try:
+                out.append(str(json.loads(line)["message"]))
+            except (ValueError, KeyError, TypeError):
+                out.append(line)
+        return out
+
     async def url(self) -> str:
         """The API's URL, from the start-up report."""
         found = await self.wait_for("the start-up report", lambda: next(
-            (m for line in self.stdout if (m := re.search(r"API (http\S+)/v1", line))), None))
+            (m for line in self.said() if (m := re.search(r"API (http\S+)/v1", line))), None))
         return str(found.group(1))
 
     async def control(self) -> str:
         found = await self.wait_for("the control endpoint", lambda: next(
-            (m for line in self.stdout
+            (m for line in self.said()
              if (m := re.search(r"control endpoint: (http\S+)", line))), None))
         return str(found.group(1))
 

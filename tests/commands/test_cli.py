@@ -103,6 +103,9 @@ async def test_demo_runs_and_exits_zero(tmp_path: Path) -> None:
     for name in ("ocs1", "ocs2", "ocs3", "mesh1", "pm1", "pm2"):
         assert name in out
     assert "device p50" in out and "Fault drill" in out and "resynchronised" in out
+    # Not a terminal: progress as plain lines; the machine's load beside the figures.
+    assert "reconfiguring ocs1: started" in out and "reconfiguring ocs1: done" in out
+    assert "During the run: load average" in out
     assert "daemon: API http://127.0.0.1:" in out
     assert "Light verification" in out and "logging 10 µs" in out
     # The failover drill and its timeline, stage by stage.

@@ -187,5 +187,70 @@ async def refused_agent(lab: str, url: str) -> tuple[int, str, list[dict[str, ob
             await proc.wait()
     errors += rest.decode().splitlines(keepends=True)
     assert proc.returncode is not None
+    printed = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+    assert printed and all(line["logger"] == "labd.agent" for line in printed)
     return proc.returncode, out.decode() + "".join(errors), [
         json.loads(line) for line in errors if line.strip()]
+
+
+def test_libraries_are_quiet_unless_named(root_logging: None) -> None:
+    stream = io.StringIO()
+    try:
+        configure("info", "json", stream=stream)
+        logging.getLogger("alembic.runtime.migration").info("Context impl SQLiteImpl.")
+        logging.getLogger("uvicorn.access").info("GET /v1/health 200")
+        logging.getLogger("sqlalchemy.engine").warning("a warning still shows")
+        assert [json.loads(line)["logger"] for line in stream.getvalue().splitlines()] == [
+            "sqlalchemy.engine"]
+        configure("warning,alembic=info", "json", stream=stream)
+        logging.getLogger("alembic.runtime.migration").info("asked for")
+        assert "asked for" in stream.getvalue()
+    finally:
+        for name in ("alembic", "sqlalchemy", "aiomqtt", "uvicorn", "httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_what_a_command_prints_becomes_json_lines() -> None:
+    from labd.logs import JsonLines
+
+    out = io.StringIO()
+    stream = JsonLines(out, "labd.run")
+    stream.write("labd run: lab demo, API http://127.0.0.1:1/v1\n\n  ok  ocs1 Pola")
+    stream.write("tis\n")
+    stream.flush()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(line["level"], line["logger"], line["message"]) for line in lines] == [
+        ("info", "labd.run", "labd run: lab demo, API http://127.0.0.1:1/v1"),
+        ("info", "labd.run", "ok  ocs1 Polatis")]
+
+
+async def test_an_outage_in_a_json_session_is_a_warning_and_every_line_json(
+        tmp_path: Path) -> None:
+    """``labd run --log-format json`` at the default level on an emulated switch powered
+    off and on: every line on stdout and stderr (the start-up report too) parses as JSON,
+    the outage and the return are one WARNING line each, and no library's INFO line (no
+    Alembic's) is there."""
+    _, lab = write_lab(tmp_path, "json-session",
+                       instrument("ocs1", "polatis-scpi", size="8x8", watch_interval_s=0.1))
+    daemon = await Running.start(str(lab), "--db", str(tmp_path / "s.sqlite"), "--port", "0",
+                                 "--log-format", "json", env={"LABD_TOKEN": TOKEN})
+    try:
+        control = await daemon.control()
+        async with httpx.AsyncClient(base_url=control) as http:
+            (await http.put("/v1/emulators/ocs1/power", json={"on": False})).raise_for_status()
+            offline = await daemon.log("ocs1 offline", lambda line: line.get(
+                "instrument") == "ocs1" and "offline" in line["message"])
+            (await http.put("/v1/emulators/ocs1/power", json={"on": True})).raise_for_status()
+            back = await daemon.log("ocs1 back", lambda line: line.get(
+                "instrument") == "ocs1" and "back online" in line["message"],
+                timeout=deadlines.current().of("resync"))
+        assert await daemon.stop(timeout=deadlines.current().times(10)) == 0
+    finally:
+        await daemon.close()
+    assert offline["level"] == "warning" and back["level"] == "warning"
+    assert [line for line in daemon.logs if line["message"] == offline["message"]] == [offline]
+    assert daemon.not_json == []
+    printed = [json.loads(line) for line in daemon.stdout if line.strip()]
+    assert any("API http" in line["message"] for line in printed)  # the start-up report
+    assert not [line for line in daemon.logs if line["logger"].startswith(
+        ("alembic", "sqlalchemy", "uvicorn", "aiomqtt"))]

@@ -31,6 +31,7 @@ from labd.daemon.api import (
     meta,
     meters,
     metrics,
+    probes,
     reconfigurations,
     switches,
 )
@@ -41,7 +42,7 @@ from labd.lab.loader import file_sha256
 
 #: In the order requests are matched: the reconfiguration routes, the hot path, first.
 ROUTERS = (switches, meta, instruments, hosts, jobs, drills, failovers, reconfigurations,
-           events, metrics, cabling, meters, holds)
+           events, metrics, cabling, meters, holds, probes)
 
 
 def create_app(services: Services) -> FastAPI:

@@ -33,8 +33,10 @@ from labd.daemon.access import Access, Role, grants
 from labd.daemon.api.bodies import MAX_INT
 from labd.errors import NotLeader
 
-#: Where the schema and its pages are served: open to all, they hold nothing of the lab's.
-OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Where the schema and its pages are served, and the liveness and readiness probes
+#: (probes.py): open to all, they hold nothing of the lab's.
+OPEN_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+                        "/healthz", "/readyz"})
 #: Prometheus' scrape path, open unless the daemon is told otherwise (ApiSettings).
 METRICS_PATH = "/metrics"
 #: Methods whose requests carry no body here (one sent anyway is still counted).
