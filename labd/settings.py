@@ -1,6 +1,6 @@
 """The daemon's settings in one place, and where each came from.
 
-Four sources, each over the one before it:
+pydantic-settings layers four sources, each over the one before it:
 
 1. **default**: the values below;
 2. **file**: the ``[daemon]`` table of a settings file (``labd run --config FILE``), over
@@ -9,9 +9,9 @@ Four sources, each over the one before it:
    an empty variable counts as unset;
 4. **flag**: ``labd run``'s options.
 
-A value that cannot be used is one :class:`SettingsError` naming the setting, the source
-and what was expected, never a traceback. ``labd config show`` prints the result with the
-source of each value, passwords in URLs masked.
+labd reads the files (labd.files, so that a file it cannot read is one line naming it) and
+keeps what each source gave, for ``labd config show``. A value that cannot be used is one
+:class:`SettingsError` naming the setting, the source and what was expected.
 
 The token itself is no setting: it stays in ``$LABD_TOKEN`` or the token file
 (labd.token), so that no settings file or ``config show`` ever holds it."""
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
 )
 
 from labd.errors import LabdError
@@ -39,7 +39,7 @@ from labd.files import TomlError, read_toml
 from labd.logs import LogSettingsError, parse_levels
 
 __all__ = ["ENV_PREFIX", "Resolved", "Settings", "SettingsError", "Source", "check_table",
-           "daemon_table", "env_name", "mask_url", "resolve"]
+           "daemon_table", "env_name", "layered", "mask_url", "resolve"]
 
 ENV_PREFIX = "LABD_"
 Source = Literal["default", "file", "env", "flag"]
@@ -49,10 +49,12 @@ class SettingsError(LabdError):
     """A setting that cannot be used: the message names it, its source and what to give."""
 
 
-class Settings(BaseModel):
-    """What ``labd run`` runs with (docs/service.md lists each)."""
+class Settings(BaseSettings):
+    """What ``labd run`` runs with (docs/service.md lists each). Built by :func:`resolve`,
+    which names its sources: constructed bare, it would read this process's environment."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                                      env_prefix=ENV_PREFIX)
 
     host: str = "127.0.0.1"
     """The address the API listens on."""
@@ -214,6 +216,34 @@ def _unknown(name: str, where: str) -> SettingsError:
                          f"{', '.join(NAMES)}")
 
 
+class _Given(InitSettingsSource):
+    """A source of given values (a ``[daemon]`` table, the flags), as pydantic-settings'
+    own source of a constructor's arguments."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        super().__init__(Settings, dict(values))
+
+
+class _Env(EnvSettingsSource):
+    """``LABD_*`` from ``environment`` rather than always ``os.environ`` (a test's, a
+    benchmark's); a value is stripped, and a blank one counts as unset."""
+
+    def __init__(self, environment: Mapping[str, str]) -> None:
+        self._environment = environment
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {key.lower(): value.strip() for key, value in self._environment.items()
+                if key.upper().startswith(ENV_PREFIX) and value.strip()}
+
+
+def _build(sources: Sequence[PydanticBaseSettingsSource]) -> Settings:
+    """Settings from ``sources``, the first winning (pydantic-settings' own layering); the
+    defaults under them all. ValidationError as pydantic gives it."""
+    # The keyword is BaseSettings' own; mypy reads the signature from the fields alone.
+    return Settings(_build_sources=(tuple(sources), {}))  # type: ignore[call-arg]
+
+
 def check_table(table: Mapping[str, Any]) -> list[str]:
     """What is wrong with a ``[daemon]`` table on its own: names that are no setting and
     values no setting takes, one problem each (``field 'port': ...``). What only the
@@ -229,7 +259,7 @@ def check_table(table: Mapping[str, Any]) -> list[str]:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         problems.append(f"field {name!r}: no setting of that name{hint}")
     try:
-        Settings.model_validate(known)
+        _build([_Given(known)])
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             loc = error.get("loc") or ()
@@ -247,30 +277,53 @@ def resolve(*, files: Sequence[tuple[str, Mapping[str, Any]]] = (),
     """The settings from the defaults, ``files`` (``(label, [daemon] table)``, later ones
     winning), ``env`` (default: this process's environment) and ``flags`` (the options
     given, by setting name; None means not given)."""
+    for label, table in files:
+        for name in table:
+            if name not in NAMES:
+                raise _unknown(name, f"{label} [daemon]")
+    for name in flags or {}:
+        if name not in NAMES:
+            raise _unknown(name, "flags")
+    given = _Given({k: v for k, v in (flags or {}).items() if v is not None})
+    environment = _Env(os.environ if env is None else env)
+    tables = [(label, _Given(table)) for label, table in reversed(files)]
+    # Where each value came from: the first of the sources, in pydantic-settings' order,
+    # that gives it. pydantic-settings keeps no such record, so each source is asked here
+    # too (a dict of a few entries).
+    layers: list[tuple[Source, str, PydanticBaseSettingsSource]] = [
+        ("flag", "", given), ("env", "", environment),
+        *(("file", label, source) for label, source in tables)]
     values: dict[str, Any] = {}
     sources: dict[str, Source] = {name: "default" for name in NAMES}
     where: dict[str, str] = {name: "default" for name in NAMES}
-    for label, table in files:
-        for name, value in table.items():
-            if name not in NAMES:
-                raise _unknown(name, f"{label} [daemon]")
-            values[name], sources[name], where[name] = value, "file", f"file {label}"
-    environment = os.environ if env is None else env
-    for name in NAMES:
-        raw = environment.get(env_name(name))
-        if raw is not None and raw.strip():
-            values[name], sources[name], where[name] = raw.strip(), "env", \
-                f"env {env_name(name)}"
-    for name, value in (flags or {}).items():
-        if name not in NAMES:
-            raise _unknown(name, "flags")
-        if value is not None:
-            values[name], sources[name], where[name] = value, "flag", f"flag {flag_name(name)}"
+    for kind, label, source in reversed(layers):
+        for name, value in source().items():
+            values[name], sources[name] = value, kind
+            where[name] = {"flag": f"flag {flag_name(name)}", "env": f"env {env_name(name)}",
+                           "file": f"file {label}"}[kind]
     try:
-        settings = Settings.model_validate(values)
+        settings = _build([source for _, _, source in layers])
     except ValidationError as exc:
         raise SettingsError(_explain(exc, values, where)) from None
     return Resolved(settings, sources, where)
+
+
+def layered(lab: tuple[str, Mapping[str, Any]] | None = None, *,
+            config: str | os.PathLike[str] | None = None,
+            flags: Mapping[str, Any] | None = None,
+            env: Mapping[str, str] | None = None) -> Resolved:
+    """A daemon's settings: the defaults, its lab's ``[daemon]`` table (``(label, table)``),
+    the ``--config`` file's, ``LABD_*`` (``env``, default this process's) and ``flags``,
+    each over the one before. ``labd run``, ``labd config show`` and every program that
+    assembles a daemon (labd.daemon.assembly) resolve their settings here."""
+    files: list[tuple[str, Mapping[str, Any]]] = []
+    if lab is not None and lab[1]:
+        files.append(lab)
+    if config is not None:
+        table = daemon_table(config, required=True)
+        assert table is not None
+        files.append((str(config), table))
+    return resolve(files=files, env=env, flags=flags)
 
 
 def _explain(exc: ValidationError, values: Mapping[str, Any], where: Mapping[str, str]) -> str:

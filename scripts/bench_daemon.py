@@ -19,6 +19,7 @@ daemon in this one. Prints, in one run:
 
 Usage: python scripts/bench_daemon.py [--samples 300] [--rows 100000] [--seconds 5]
                                      [--durable 500] [--db URL ...] [--json FILE]
+                                     [--without shortcut|follow ...]
 
 ``--db postgresql://user@host/db`` (repeatable, or a comma-separated list) measures the store
 on that server too: in a scratch database made beside the one named (the role needs
@@ -27,6 +28,12 @@ through to the connection (``?options=-csynchronous_commit%3Doff`` measures what
 costs). ``--json FILE`` also writes the figures as one flat JSON object (scripts/bench_all.py
 reads it): SQLite's under the keys it always had, another store's prefixed with its engine
 (``postgresql_store_rows_per_s``; a second PostgreSQL ``postgresql2_``...).
+
+``--without ROOM`` runs the daemon with one of labd's rooms beside a library taken out, the
+library's own path in its place, to set the two side by side (docs/benchmarks.md, "Rooms
+around a library"): ``shortcut``, every reconfiguration routed by FastAPI alone
+(labd/daemon/api/shortcut.py); ``follow``, the store's writer left where the kernel puts it
+(labd/store/affinity.py).
 """
 
 from __future__ import annotations
@@ -76,6 +83,29 @@ size = "16x16"
 technology = "ideal"
 """ for i in range(1, SWITCHES + 1))
     return f'[lab]\nname = "bench-daemon"\n{entries}'
+
+
+#: The rooms --without can take out.
+ROOMS = ("shortcut", "follow")
+
+
+def without(rooms: list[str]) -> None:
+    """Take ``rooms`` out of this process's daemon and stores, before any is made."""
+    if "shortcut" in rooms:
+        from labd.daemon.api import switches
+
+        switches.SHORTCUTS.clear()  # create_app hands the middleware none: FastAPI routes all
+    if "follow" in rooms:
+        from labd.store import writer
+
+        class Stays:
+            """The writer's follower that never moves it (nor makes it a batch thread)."""
+
+            def before(self, records: int, loop_cpu: int) -> None:
+                pass
+
+        # ... nor does the loop note its CPU for each record.
+        writer.__dict__.update(Follower=Stays, current_cpu=None)
 
 
 async def lag_probe(samples: list[float], stop: asyncio.Event) -> None:
@@ -476,7 +506,11 @@ if __name__ == "__main__":
                              "comma-separated), e.g. postgresql://postgres@127.0.0.1/postgres")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write the figures to FILE as a flat JSON object")
+    parser.add_argument("--without", action="append", default=[], choices=ROOMS,
+                        help="take this room out, the library's path in its place "
+                             "(repeatable)")
     args = parser.parse_args()
+    without(args.without)
     urls = [url.strip() for given in args.db for url in given.split(",") if url.strip()]
     figures = run(main(args.samples, args.rows, args.seconds, args.durable, urls))
     if args.json is not None:

@@ -154,9 +154,9 @@ def effective_settings(lab: str | None, config: Path | None,
     """The settings ``labd run LAB --config FILE FLAGS`` runs with (SettingsError, or the
     lab's own problem as one message)."""
     from labd.errors import LabFileError
-    from labd.settings import daemon_table, resolve
+    from labd.settings import daemon_table, layered
 
-    files: list[tuple[str, dict[str, Any]]] = []
+    table: tuple[str, dict[str, Any]] | None = None
     if lab is not None:
         from labd.lab.loader import resolve_lab_path
 
@@ -164,14 +164,9 @@ def effective_settings(lab: str | None, config: Path | None,
             path = resolve_lab_path(lab)
         except LabFileError as exc:
             raise fail("the lab file has problems:\n  " + "\n  ".join(exc.problems)) from None
-        table = daemon_table(path, label=lab)
-        if table is not None:
-            files.append((lab, table))
-    if config is not None:
-        table = daemon_table(config, required=True)
-        assert table is not None
-        files.append((str(config), table))
-    return resolve(files=files, flags=flags)
+        found = daemon_table(path, label=lab)
+        table = None if found is None else (lab, found)
+    return layered(table, config=config, flags=flags)
 
 
 def _start_logs(resolved: Resolved, verbose: int) -> None:

@@ -29,7 +29,7 @@ from labd.daemon.placement import Cpu
 from labd.ha.role import HaSettings
 from labd.lab.loader import Lab
 from labd.mqtt.credentials import BusSettings
-from labd.settings import Resolved, Settings, daemon_table, resolve
+from labd.settings import Resolved, Settings, layered
 from labd.token import read_token_file
 
 __all__ = ["Assembly", "api_settings", "assemble", "from_settings", "lab_settings",
@@ -91,15 +91,9 @@ def lab_settings(lab: Lab, *, config: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None) -> Resolved:
     """The settings of a daemon on ``lab``: the defaults, the lab's ``[daemon]`` table, a
     settings file's, ``LABD_*`` (``env``, default this process's) and ``flags``, each over
-    the one before (labd.settings)."""
-    files: list[tuple[str, Mapping[str, Any]]] = []
-    if lab.daemon:
-        files.append((lab.source or lab.lab.name, lab.daemon))
-    if config is not None:
-        table = daemon_table(config, required=True)
-        assert table is not None
-        files.append((str(config), table))
-    return resolve(files=files, env=env, flags=flags)
+    the one before (labd.settings.layered, as ``labd run`` resolves them)."""
+    table = (lab.source or lab.lab.name, lab.daemon) if lab.daemon else None
+    return layered(table, config=config, flags=flags, env=env)
 
 
 def api_settings(settings: Settings) -> ApiSettings:

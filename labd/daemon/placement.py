@@ -1,18 +1,9 @@
-"""The daemon's event loop held on one CPU, when the settings name one (``cpu``, Linux only).
+"""The daemon's event loop held on one CPU when the settings name one (``cpu``, Linux only).
 
-The store's writer already commits a few records on the CPU the loop queued them from
-(labd.store.affinity); left to the kernel, the loop itself still moves between CPUs now and
-then, and the writer with it. Held on one, neither moves: on 8 emulated switches it added
-another 3-19 % (docs/benchmarks.md, "The loop and the writer on one CPU"), and the CPU is
-the one the administrator chose, not the one the loop happened to be on.
-
-A thread inherits the CPUs of the thread that starts it, so the loop's worker threads (the
-store's readers, ``asyncio.to_thread``) are started from here on by an executor whose threads
-first take back the CPUs the loop had: a long read runs beside the loop, not in its time.
-A process the daemon starts still inherits the one CPU, and so do libuv's own workers (name
-lookups). Two daemons on ``auto`` may land on the same CPU: it is a setting, not the default.
+Worker threads started from then on (the store's readers, ``asyncio.to_thread``) first take
+back the CPUs the loop had; a process the daemon starts inherits the one CPU.
 :meth:`Placement.release` gives the loop's thread back what it had (the daemon's stop calls
-it).
+it). When to use it and what it gains: docs/service.md, "The event loop on one CPU".
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""The API's HTTP server: uvicorn, with each response's head sent in the same write as its
-body, and its signals left to the daemon.
-
-uvicorn writes a response's status line and headers as soon as the app sends
-``http.response.start`` and its body at ``http.response.body``: two sends on the socket, so
-two segments on the wire and two wake-ups of a client that reads the head before it asks
-for the body. Every response of labd's API sends both in one go, and the two sends were
-about a third of a request's CPU in the server (docs/benchmarks.md, "A response in one
-write", which also says what it changed in the API's latency: nothing that shows). Here the
-head is held until the next write on the connection in the same turn of the event loop, and
-sent with it; a head that no write follows in that turn (a streamed body still being made,
-a ``HEAD``, a WebSocket's ``101``) goes out alone at the loop's next turn, so nothing waits
-for more than that.
+"""The API's HTTP server: uvicorn, its signals left to the daemon, and a connection closed
+mid-body left to linger unread.
 
 A response that closes its connection while the request's body is still coming (the API's
 413 for a body past the limit, its 401 before a body is read) is followed by the end of
 what the server sends (a FIN), and nothing more of the body is read: the connection is
-closed :data:`LINGER_S` later. A close at once, with unread bytes in the socket, would be
-a reset, and a client still sending could lose the answer to it; reading on until the
-client stops would read whatever it sends.
+closed :data:`LINGER_S` later. uvicorn closes it at once, and a close with unread bytes in
+the socket is a reset, which loses the answer to a client still sending
+(tests/daemon/test_api_edge.py); reading on until the client stops would read whatever it
+sends.
 """
 
 from __future__ import annotations
@@ -34,58 +24,37 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 if TYPE_CHECKING:
     from labd.daemon.services import Services
 
-__all__ = ["LINGER_S", "HeadWithBody", "OneWriteProtocol", "Server", "listen"]
+__all__ = ["LINGER_S", "Lingering", "LingeringProtocol", "Server", "listen"]
 
 #: How long a connection closed mid-body stays open, unread, once its answer is sent: time
 #: for the client to read the answer before the close resets the connection.
 LINGER_S = 1.0
 
 
-class HeadWithBody(asyncio.Transport):
-    """A connection's transport as its protocol writes to it: a response head (a write
-    that starts ``HTTP/`` and ends with the blank line) is held and joined to the next
-    write, or sent alone at the loop's next turn; everything else passes through, in
-    order. ``unread()`` says whether the request being answered has body still to come: a
-    close then lingers (module docstring)."""
+class Lingering(asyncio.Transport):
+    """A connection's transport as its protocol uses it: ``close()`` while ``unread()``
+    (the request being answered has body still to come) ends what the server sends, stops
+    reading and closes :data:`LINGER_S` later; everything else passes through."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
                  unread: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
         self._transport, self._loop, self._unread = transport, loop, unread
-        self._held: bytes | None = None
         self._lingering: asyncio.TimerHandle | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.write(held + bytes(data))
-        elif data[:5] == b"HTTP/" and data[-4:] == b"\r\n\r\n":
-            self._held = bytes(data)
-            self._loop.call_soon(self.flush)
-        else:
-            self._transport.write(data)
+        self._transport.write(data)
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
-        self.flush()
         self._transport.writelines(list_of_data)
 
-    def flush(self) -> None:
-        """Send a held head now (at the loop's next turn, or before the connection ends)."""
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.write(held)
-
     def write_eof(self) -> None:
-        self.flush()
         self._transport.write_eof()
 
     def can_write_eof(self) -> bool:
         return self._transport.can_write_eof()
 
     def close(self) -> None:
-        self.flush()
         if self._lingering is None and self._unread() and not self._transport.is_closing():
             self._transport.pause_reading()
             if self._transport.can_write_eof():  # not under TLS
@@ -97,7 +66,6 @@ class HeadWithBody(asyncio.Transport):
         self._transport.close()
 
     def abort(self) -> None:
-        self._held = None
         self._stop_lingering()
         self._transport.abort()
 
@@ -131,26 +99,24 @@ class HeadWithBody(asyncio.Transport):
         self._transport.set_write_buffer_limits(high, low)
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._held or b"")
+        return self._transport.get_write_buffer_size()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._transport.get_write_buffer_limits()
 
 
-class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through :class:`HeadWithBody` (``http=`` of
+class LingeringProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol on a :class:`Lingering` transport (``http=`` of
     uvicorn's Config)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = HeadWithBody(transport, self.loop, self._body_unread)
+        self.transport = Lingering(transport, self.loop, self._body_unread)
 
     def _body_unread(self) -> bool:
         """Whether the request being answered has body still to come (its parser has not
         reached the end of it)."""
         return self.cycle is not None and self.cycle.more_body
-
-
 class Server(uvicorn.Server):
     """uvicorn without its signal handling (the daemon owns signals), telling when it
     listens."""
@@ -196,7 +162,7 @@ def listen(services: Services, host: str, port: int) -> tuple[Server, socket.soc
     url = f"{'https' if api.tls else 'http'}://{bound_host}:{bound_port}"
     # log_config None: uvicorn's lines go through labd's handlers (labd.logs), not handlers
     # of its own that would bypass their format and their redaction.
-    config = uvicorn.Config(create_app(services), http=OneWriteProtocol, log_level="warning",
+    config = uvicorn.Config(create_app(services), http=LingeringProtocol, log_level="warning",
                             log_config=None, lifespan="off", ssl_certfile=api.tls_cert,
                             ssl_keyfile=api.tls_key)
     return Server(config), sock, url

@@ -1,13 +1,10 @@
-"""The store's writer runs where the event loop runs (Linux).
+"""The store's writer moved to the CPU the event loop queues its records from (Linux).
 
-Every acknowledged change passes twice between the loop and the writer; on two CPUs each
-hand-over wakes the other CPU and carries the interpreter's lock and the record across, and
-following the loop measured faster (docs/benchmarks.md, "The loop and the writer on one
-CPU"). So the loop notes the CPU it queues each record from (``sched_getcpu``), and the
-writer, before a batch of a few records, moves there as a ``SCHED_BATCH`` thread: woken by
-the loop, it runs when the loop waits. A lone record is committed where the writer is, and a
-large batch (more than :data:`FOLLOW_AT_MOST` records) may run on every CPU the process may
-use. Only the writer's own placement changes.
+The loop notes the CPU it queues each record from (``sched_getcpu``); the writer, a
+``SCHED_BATCH`` thread, moves there before a batch of :data:`FOLLOW_AT_LEAST` to
+:data:`FOLLOW_AT_MOST` records, commits a lone record where it is, and a larger batch on
+every CPU the process may use. Only the writer's own placement changes. What it gains:
+docs/benchmarks.md, "Rooms around a library".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The store: one writer thread commits every write, readers run on pooled connections.
 
-A burst of writes costs one commit, and the event loop never waits on the disk:
-``await store.write(...)`` resolves once the record is durable. Reconfiguration records go
-in on the driver's own connection (:mod:`labd.store.records`). A store that fails its check
-at open (SQLite's ``quick_check``; PostgreSQL: the migration table reads back) refuses the
-start; a write or read that fails later is a :class:`StoreUnavailable` (the API's 503), its
-transaction rolled back.
+``await store.write(...)`` resolves once the record is durable, and a burst of writes costs
+one commit. A store that fails its check at open refuses the start; a write or read that
+fails later is a :class:`StoreUnavailable` (the API's 503), its transaction rolled back.
 """
 
 from __future__ import annotations

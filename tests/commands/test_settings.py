@@ -14,7 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labd import deadlines
-from labd.settings import NAMES, SettingsError, daemon_table, env_name, mask_url, resolve
+from labd.settings import (
+    NAMES,
+    SettingsError,
+    check_table,
+    daemon_table,
+    env_name,
+    layered,
+    mask_url,
+    resolve,
+)
 from tests.commands.running import Running
 from tests.labs import switch, write_lab
 
@@ -53,6 +62,31 @@ def test_each_source_over_the_one_before() -> None:
     # An empty variable and an option not given leave the default.
     assert resolved.source("mqtt") == "default" and resolved.source("restore") == "default"
     assert (s.lease_renew_s, s.lease_ttl_s, s.ha_url) == (0.5, 2.0, None)
+
+
+def test_layered_puts_the_lab_under_the_settings_file(tmp_path: Path) -> None:
+    """The one order every command resolves in (labd run, config show, the assembly):
+    the lab's table, then --config's, then LABD_*, then flags."""
+    config = tmp_path / "labd.toml"
+    config.write_text('[daemon]\nport = 9002\nrestore = false\n')
+    resolved = layered(("lab.toml", {"port": 9001, "db": "lab.sqlite", "host": "10.0.0.1"}),
+                       config=config, env={"LABD_RESTORE": "true"},
+                       flags={"host": "10.0.0.3"})
+    s = resolved.settings
+    assert (s.port, s.db, s.host, s.restore) == (9002, "lab.sqlite", "10.0.0.3", True)
+    assert [resolved.where[n] for n in ("port", "db", "host", "restore", "mqtt")] == [
+        f"file {config}", "file lab.toml", "flag --host", "env LABD_RESTORE", "default"]
+
+
+def test_a_table_is_checked_apart_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab file's [daemon] table is checked on its own: a bad LABD_PORT in this
+    process's environment is not the file's problem, and env={} leaves it out."""
+    monkeypatch.setenv("LABD_PORT", "eighty")
+    assert check_table({"db": "x.sqlite"}) == []
+    assert resolve(files=[("a.toml", {"port": 1})], env={}).settings.port == 1
+    with pytest.raises(SettingsError, match="from env LABD_PORT"):
+        resolve(files=[("a.toml", {"port": 1})])
 
 
 def test_environment_values_are_read_as_their_types() -> None:

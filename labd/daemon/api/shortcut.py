@@ -1,20 +1,10 @@
-"""The reconfiguration routes, the API's hot path, answered without FastAPI's per-request
-machinery when their body is valid.
+"""The reconfiguration routes answered past FastAPI's per-request machinery when their body
+is valid (docs/benchmarks.md, "Rooms around a library").
 
-A request to one of them (``SHORTCUTS`` in switches.py) has passed the edge (its key, its
-body's size and encoding; the edge's match of its route is kept in the scope) and its body
-is read. Here the body is parsed and validated as
-FastAPI would (``json.loads``, then the route's model from Python objects), the route's own
-call is made, and its result is answered as the route answers it (the same JSONResponse).
-Anything else goes on to the app: a body that does not parse or validate (FastAPI then
-answers it as it answers every bad body, 422 in its words), and every other route. An error
-is answered by the app's own handler for it (errors.py); one it has none for is the 500 of
-the app's outer middleware, as from the route.
-
-What is skipped, and measured (docs/benchmarks.md): routing the request a second time,
-solving its dependencies, FastAPI's request objects and its exception and exit-stack
-layers, about a tenth of a millisecond per request.
-"""
+A request the edge has matched to one of them (``SHORTCUTS`` in switches.py) has its body
+parsed and validated as FastAPI would, the route's own call made, and its result answered as
+the route answers it. A body that does not parse or validate, and every other route, go on
+to the app, which answers them in its own words."""
 
 from __future__ import annotations
 
