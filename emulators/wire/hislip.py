@@ -131,29 +131,38 @@ class HislipEndpoint:
 
     async def _synchronous(self, reader: asyncio.StreamReader,
                            writer: asyncio.StreamWriter) -> None:
-        session_id = next(self._ids) & 0xFFFF
+        session_id = next(i for i in (next(self._ids) & 0xFFFF for _ in range(0x10000))
+                          if i and i not in self._links)
         session = self.interface.new_session()
         session.send = lambda data: writer.write(packet(DATA_END, 0, UNSOLICITED, data))
         link = self._links[session_id] = _Link(session, writer, [writer])
         writer.write(packet(INITIALIZE_RESPONSE, 0, VERSION << 16 | session_id))
-        pending = b""
+        pending = bytearray()
         try:
             while True:
                 kind, control, parameter, payload = await _receive(reader, writer)
-                if kind == DATA:
+                if kind in (DATA, DATA_END):
                     pending += payload
+                    if len(pending) > MAX_MESSAGE_BYTES:
+                        # A message is at most what a session takes, however many packets
+                        # carry it: refused, and the channel closed, not read past.
+                        await _send(writer, packet(ERROR, TOO_LARGE, 0, _TOO_LARGE))
+                        return
+                    if kind == DATA:
+                        continue
+                elif kind == DEVICE_CLEAR_COMPLETE:
+                    pending.clear()
+                    await _send(writer, packet(DEVICE_CLEAR_ACKNOWLEDGE, control))
                     continue
-                if kind == DEVICE_CLEAR_COMPLETE:
-                    pending = b""
-                    writer.write(packet(DEVICE_CLEAR_ACKNOWLEDGE, control))
+                elif kind == TRIGGER:
                     continue
-                if kind == TRIGGER:
+                else:
+                    await _send(writer, packet(
+                        ERROR, UNRECOGNIZED_TYPE, 0,
+                        f"message type {kind} on the sync channel".encode()))
                     continue
-                if kind != DATA_END:
-                    writer.write(packet(ERROR, UNRECOGNIZED_TYPE, 0,
-                                        f"message type {kind} on the sync channel".encode()))
-                    continue
-                message, pending = pending + payload, b""
+                message = bytes(pending)
+                pending.clear()
                 if not await self._answer(link, message, parameter):
                     return
         finally:
@@ -180,7 +189,7 @@ class HislipEndpoint:
             await asyncio.sleep(delay.delay_ms / 1000)
         if self.faults.take("garbage") is not None:
             reply = link.session.garbage
-        link.sync.write(packet(DATA_END, 0, message_id, reply))
+        await _send(link.sync, packet(DATA_END, 0, message_id, reply))
         return True
 
     async def _handle(self, session: Session, message: bytes, arrived: int) -> bytes | None:
@@ -197,21 +206,32 @@ class HislipEndpoint:
             kind, _, _, payload = await _receive(reader, writer)
             if kind == ASYNC_MAX_MSG_SIZE and len(payload) == 8:
                 size = min(struct.unpack("!Q", payload)[0], MAX_MESSAGE_BYTES)
-                writer.write(packet(ASYNC_MAX_MSG_SIZE_RESPONSE, 0, 0, struct.pack("!Q", size)))
+                reply = packet(ASYNC_MAX_MSG_SIZE_RESPONSE, 0, 0, struct.pack("!Q", size))
             elif kind == ASYNC_LOCK:
                 # Release (0) or request (1): granted, the client is alone with its device.
-                writer.write(packet(ASYNC_LOCK_RESPONSE, 1))
+                reply = packet(ASYNC_LOCK_RESPONSE, 1)
             elif kind == ASYNC_LOCK_INFO:
-                writer.write(packet(ASYNC_LOCK_INFO_RESPONSE, 0, 0))
+                reply = packet(ASYNC_LOCK_INFO_RESPONSE, 0, 0)
             elif kind == ASYNC_STATUS_QUERY:
-                writer.write(packet(ASYNC_STATUS_RESPONSE, 0))
+                reply = packet(ASYNC_STATUS_RESPONSE, 0)
             elif kind == ASYNC_DEVICE_CLEAR:
-                writer.write(packet(ASYNC_DEVICE_CLEAR_ACKNOWLEDGE, 0))
+                reply = packet(ASYNC_DEVICE_CLEAR_ACKNOWLEDGE, 0)
             elif kind == ASYNC_REMOTE_LOCAL_CONTROL:
-                writer.write(packet(ASYNC_REMOTE_LOCAL_RESPONSE, 0))
+                reply = packet(ASYNC_REMOTE_LOCAL_RESPONSE, 0)
             else:
-                writer.write(packet(ERROR, UNRECOGNIZED_TYPE, 0,
-                                    f"message type {kind} on the async channel".encode()))
+                reply = packet(ERROR, UNRECOGNIZED_TYPE, 0,
+                               f"message type {kind} on the async channel".encode())
+            await _send(writer, reply)
+
+
+_TOO_LARGE = f"message too large: at most {MAX_MESSAGE_BYTES} bytes".encode()
+
+
+async def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Write and wait for the client to take it: a client that sends and never reads is
+    held back by TCP flow control, not answered into an ever larger buffer."""
+    writer.write(data)
+    await writer.drain()
 
 
 class _Malformed(Exception):
@@ -229,7 +249,6 @@ async def _receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         writer.write(packet(FATAL_ERROR, POORLY_FORMED, 0, b"no HS prologue"))
         raise _Malformed
     if length > MAX_MESSAGE_BYTES:
-        writer.write(packet(ERROR, TOO_LARGE, 0,
-                            f"message too large: at most {MAX_MESSAGE_BYTES} bytes".encode()))
+        writer.write(packet(ERROR, TOO_LARGE, 0, _TOO_LARGE))
         raise _Malformed
     return kind, control, parameter, await reader.readexactly(length)

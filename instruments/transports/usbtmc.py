@@ -3,8 +3,8 @@
 Some users reach a Thorlabs PM100 (and other USB test-and-measurement devices) only this
 way: the kernel's ``usbtmc`` driver claims the device, and a message is one ``write()``,
 its answer one ``read()``. Such a read is a whole USB transfer that blocks until the answer
-comes or the driver's own timeout ends it (set here to the link's, by ioctl), and the
-device cannot be polled for it, so reads run in a worker thread. A pty given by path
+comes or the driver's own timeout ends it (set here by ioctl to each read's own limit),
+and the device cannot be polled for it, so reads run in a worker thread. A pty given by path
 behaves as a device that answers line by line (it can be polled: its reads wait in
 ``select`` for at most the read's timeout); the suite plays the device on one, as no CI
 machine has a USBTMC device (docs/protocols.md §11).
@@ -39,6 +39,7 @@ class UsbtmcTransport:
         self._fd: int | None = None
         self._pollable = False
         self._pending = b""
+        self._reading: asyncio.Future[bytes] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -68,22 +69,41 @@ class UsbtmcTransport:
             ready, _, _ = select.select([fd], [], [], timeout)
             if not ready:
                 raise TimeoutError
+        else:
+            # This read's own limit (a meter's averaging lengthens some): the driver's
+            # timeout is what ends a blocked read.
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(fd, SET_TIMEOUT, struct.pack("I", max(1, int(timeout * 1000))))
         return os.read(fd, READ_SIZE)
 
     async def _read(self, timeout: float) -> bytes:
         fd = self._fd
         if fd is None:
             raise InstrumentClosed(f"{self.address} is not open")
+        # A read given up on goes on in its thread; the next read takes its answer rather
+        # than leave it to arrive into nobody's hands.
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(
+                asyncio.to_thread(self._read_once, fd, timeout))
+        reading = self._reading
         try:
-            async with asyncio.timeout(timeout + 0.5):
-                data = await asyncio.to_thread(self._read_once, fd, timeout)
+            data = await asyncio.wait_for(asyncio.shield(reading), timeout + 0.5)
         except TimeoutError:
-            raise InstrumentTimeout(f"{self.address}: no reply within {timeout:g} s") from None
-        except OSError as exc:
-            if exc.errno == errno.ETIMEDOUT:
+            if not reading.done():
+                raise InstrumentTimeout(
+                    f"{self.address}: no reply within {timeout:g} s") from None
+            data = b""  # the thread's own timeout, raised as TimeoutError: below
+        finally:
+            if reading.done():
+                self._reading = None
+        if reading.done() and (exc := reading.exception()) is not None:
+            if isinstance(exc, TimeoutError) or (isinstance(exc, OSError)
+                                                 and exc.errno == errno.ETIMEDOUT):
                 raise InstrumentTimeout(f"{self.address}: the device did not answer within "
                                         f"{timeout:g} s") from None
-            raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
+            if isinstance(exc, OSError):
+                raise InstrumentClosed(f"{self.address}: {exc.strerror or exc}") from None
+            raise exc
         if not data and not self._pollable:
             raise InstrumentClosed(f"{self.address}: the device is gone")
         return data
@@ -118,6 +138,13 @@ class UsbtmcTransport:
 
     async def close(self) -> None:
         fd, self._fd = self._fd, None
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            # The thread still reading must be done with the descriptor before it is
+            # closed (its number could be another file's by the time it reads again).
+            await asyncio.wait([reading], timeout=self._timeout + 1)
+            if reading.done() and not reading.cancelled():
+                reading.exception()  # retrieved: a read nobody waits for any more
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from labd.commands.common import console, fail
+from labd.errors import LabdError
 
 #: Hosts asked for a page at a time (the API's largest page).
 PAGE = 10_000
@@ -50,6 +51,17 @@ class Pod:
                 "jobs": [{k: j.get(k) for k in ("id", "status", "members", "spares")}
                          for j in self.jobs],
                 "problem": self.problem}
+
+
+def _shown(server: str) -> str:
+    """The server's URL as it may be printed: without its password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(server).render_as_string(hide_password=True)
+    except ArgumentError:
+        return server.split("@")[-1]
 
 
 def leases(server: str) -> list[Pod]:
@@ -88,7 +100,7 @@ def leases(server: str) -> list[Pod]:
 async def ask(pod: Pod, token: str | None) -> None:
     """Fill in what the pod's leader says: its hosts by status, its jobs."""
     from labd.client.api import DaemonClient
-    from labd.errors import LabdError
+    from labd.errors import DaemonError, LabdError
 
     if not pod.leads:
         pod.problem = "no leader: the lease has expired"
@@ -101,12 +113,20 @@ async def ask(pod: Pod, token: str | None) -> None:
                 while True:
                     page = await client.get("/v1/hosts", status=status, limit=PAGE,
                                             **({"after": after} if after else {}))
+                    if not isinstance(page, list) or not all(
+                            isinstance(h, dict) and isinstance(h.get("id"), str)
+                            for h in page):
+                        raise DaemonError(f"{pod.url}: /v1/hosts is not a list of hosts")
                     count += len(page)
                     if len(page) < PAGE:
                         break
                     after = page[-1]["id"]
                 pod.hosts[status] = count
-            pod.jobs = await client.get("/v1/jobs")
+            jobs = await client.get("/v1/jobs")
+            if not isinstance(jobs, list) or not all(
+                    isinstance(j, dict) and isinstance(j.get("id"), str) for j in jobs):
+                raise DaemonError(f"{pod.url}: /v1/jobs is not a list of jobs")
+            pod.jobs = jobs
     except TimeoutError:
         pod.problem = f"{pod.url} did not answer within {ASK_S:g} s"
     except (LabdError, OSError) as exc:
@@ -125,21 +145,32 @@ def fleet(
                              "$LABD_TOKEN, else the token file).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a "
                                                           "table.")] = False,
+    only: Annotated[list[str] | None, typer.Option(
+        "--lab", help="Only this pod (its lab's name; repeat for more).")] = None,
 ) -> None:
     """Every pod led from one PostgreSQL server: its leader and lease, hosts by status,
     jobs with their members and spares. Pods run with --ha are found (their lease says who
-    leads); each leader is asked through its API."""
+    leads); each leader is asked through its API with the one key given, so the key goes
+    to every URL a lease on that server names: trust who may write there, or name the
+    pods (--lab)."""
     import json
 
     import sqlalchemy
 
     from labd.token import find_token
 
+    shown = _shown(server)
     try:
         pods = leases(server)
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
-        raise fail(f"cannot list the pods on {server}: {str(exc).splitlines()[0]}") from None
-    token = find_token(file=token_file)
+        reason = str(exc).splitlines()[0].replace(server, shown)
+        raise fail(f"cannot list the pods on {shown}: {reason}") from None
+    if only:
+        pods = [pod for pod in pods if pod.lab in only]
+    try:
+        token = find_token(file=token_file)
+    except LabdError as exc:
+        raise fail(str(exc)) from None
 
     async def ask_all() -> None:
         await asyncio.gather(*(ask(pod, token) for pod in pods))
@@ -149,10 +180,10 @@ def fleet(
         print(json.dumps([pod.as_dict() for pod in pods], indent=2))
         return
     if not pods:
-        console.print(f"no pod leads from {server}: none of its databases holds a lease "
+        console.print(f"no pod leads from {shown}: none of its databases holds a lease "
                       "(pods are found when they run with --ha)")
         return
-    table = Table(title=f"pods leading from {server}")
+    table = Table(title=f"pods leading from {shown}")
     for column in ("lab", "leader", "epoch", "hosts", "jobs", "spares"):
         table.add_column(column)
     for pod in pods:

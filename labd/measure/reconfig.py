@@ -83,17 +83,23 @@ def resume_target(run: Run, *, lab: str | None, url: str | None, control: str | 
     """Where an interrupted run goes on: where it began. A lab, daemon or control endpoint
     named on the command line that differs from the run's is refused, since the rows of
     one run must come from one target."""
-    kept = run.params.get("target") or _target_of(run.target)
+    kept = dict(run.params.get("target") or _target_of(run.target))
     for option, given in (("lab", lab), ("url", url), ("control", control)):
-        if given is not None and not _same(option, kept.get(option), given):
+        if given is None:
+            continue
+        if option not in kept and option == "control" and "url" in kept:
+            kept["control"] = given  # kept before runs said: the user's word for it
+        elif not _same(option, kept.get(option), given):
             raise RunError(f"run {run.name!r} was measured on {run.target}; --resume goes "
                            f"on there: leave out --{option} {given}")
     return kept
 
 
 def _same(option: str, kept: str | None, given: str) -> bool:
-    if option != "lab" or kept is None:
-        return kept == given
+    if kept is None:
+        return False
+    if option != "lab":
+        return kept.rstrip("/") == given.rstrip("/")
     try:
         return resolve_lab_path(given).resolve() == Path(kept).resolve()
     except LabdError:
@@ -108,7 +114,7 @@ def _target_of(where: str) -> dict[str, str | None]:
     """The target of a run kept before runs kept their ``params["target"]``."""
     if where.startswith("lab ") and where.endswith(" (emulated)"):
         return {"lab": where[len("lab "):-len(" (emulated)")]}
-    return {"url": where, "control": None}
+    return {"url": where}  # its control endpoint, if any, was not kept
 
 
 @contextlib.asynccontextmanager

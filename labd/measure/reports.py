@@ -29,10 +29,12 @@ from labd.measure.stats import (
     NOISE_SHARE,
     RESAMPLES,
     SEED,
+    between_runs,
     compare_shares,
     compare_values,
     enough,
     run_to_run,
+    within_run,
 )
 from labd.vocabulary import PHASES, percentile
 
@@ -209,6 +211,10 @@ def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run, rows_b: list[dic
         return failover_values(rows) if failover else figure_values(rows, full=full)
 
     runs_a, runs_b = [values(rows) for _, rows in side_a], [values(rows) for _, rows in side_b]
+    # The halves of a run are compared batch size by batch size: a sweep measures its sizes
+    # one after another, and k = 1 against k = 16 is the batch's effect, not noise.
+    sized = [failover_values(rows) if failover else figure_values(rows, full=True)
+             for _, rows in (*side_a, *side_b)]
     first, second = _pooled(runs_a), _pooled(runs_b)
     name_a, name_b = _side_name(side_a), _side_name(side_b)
     repeated = len(side_a) > 1 or len(side_b) > 1
@@ -233,8 +239,11 @@ def compare_table(a: Run, rows_a: list[dict[str, Any]], b: Run, rows_b: list[dic
             continue
         x, y = first.get(key, []), second.get(key, [])
         for q in (50, 99):
-            spreads = [run_to_run([run.get(key, []) for run in side], q)
+            spreads = [between_runs([run.get(key, []) for run in side], q)
                        for side in (runs_a, runs_b)]
+            spreads += [within_run(group, q) for run in sized
+                        for (switch, k, figure), group in run.items()
+                        if (switch, figure) == (key[0], key[2]) and (not full or k == key[1])]
             said = compare_values(x, y, q, names=(name_a, name_b), noise_ms=noise_ms,
                                   spread=max((s for s in spreads if s is not None),
                                              default=None))

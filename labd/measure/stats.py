@@ -75,10 +75,24 @@ def run_to_run(runs: Sequence[Sequence[float]], q: float) -> float | None:
     and goes moves a figure within a run as well as between runs; None where no part is
     long enough for the percentile."""
     runs = [list(values) for values in runs if len(values)]
-    found = [_range([run[:len(run) // 2], run[len(run) // 2:]], q) for run in runs]
+    found = [within_run(run, q) for run in runs]
     if len(runs) > 1:
         found.append(_range(runs, q))
     return max((f for f in found if f is not None), default=None)
+
+
+def within_run(values: Sequence[float], q: float) -> float | None:
+    """How far the q-th percentile moves between the two halves of one run, in the order
+    measured (None where a half is too short for it). The values must be of one set-up: a
+    sweep's batch sizes, measured one after another, are each a set-up of their own."""
+    half = len(values) // 2
+    return _range([values[:half], values[half:]], q)
+
+
+def between_runs(runs: Sequence[Sequence[float]], q: float) -> float | None:
+    """The range of the q-th percentile over repeats of one set-up (None for one run)."""
+    runs = [values for values in runs if len(values)]
+    return _range(runs, q) if len(runs) > 1 else None
 
 
 def _range(parts: Sequence[Sequence[float]], q: float) -> float | None:

@@ -49,6 +49,9 @@ async def test_fleet_lists_every_pod_its_leader_hosts_and_spares(tmp_path: Path)
 
 async def test_a_server_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
     code, out, err = await run("fleet", "--server",
-                               "postgresql://postgres@127.0.0.1:1/postgres")
+                               "postgresql://postgres:s3cret@127.0.0.1:1/postgres")
     assert code == 2 and "cannot list the pods" in out + err
-    assert "Traceback" not in out + err
+    assert "Traceback" not in out + err and "s3cret" not in out + err  # never the password
+    code, out, err = await run("fleet", "--server", PG, "--token-file",
+                               str(tmp_path / "nosuch"))
+    assert code == 2 and "nosuch" in out + err and "Traceback" not in out + err

@@ -100,6 +100,22 @@ async def test_hostile_hislip_is_refused_and_the_server_serves_on(lab: EmulatedL
     huge = struct.pack("!2sBBIQ", b"HS", hislip.INITIALIZE, 0, 0, 1 << 40)
     reply = await asyncio.to_thread(exchange, huge)
     assert reply[:4] == b"HS" + bytes([hislip.ERROR, hislip.TOO_LARGE])
+    # A message spread over many Data packets is held to the same limit as one packet:
+    # refused once it passes it, and the channel closed (the emulator holds no more).
+    def flood() -> list[bytes]:
+        headers = []
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.sendall(hislip.packet(hislip.INITIALIZE, 0, 0x0100_0000, b"hislip0"))
+            # Two packets of 40 kB: neither too long alone, 80 kB together.
+            sock.sendall(hislip.packet(hislip.DATA, 0, 0, b"x" * 40_000) * 2)
+            stream = sock.makefile("rb")
+            while header := stream.read(hislip.HEADER.size):
+                headers.append(header)
+                stream.read(hislip.HEADER.unpack(header)[4])
+        return headers
+
+    kinds = [h[2] for h in await asyncio.to_thread(flood)]
+    assert kinds == [hislip.INITIALIZE_RESPONSE, hislip.ERROR]
     said = await asyncio.to_thread(with_pyvisa, lab.endpoints["pm1"]["scpi"][len("visa://"):])
     assert said["idn"].startswith("Keysight Technologies")
 

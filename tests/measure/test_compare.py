@@ -96,3 +96,24 @@ async def test_compare_takes_repeats_after_commas(tmp_path: Path) -> None:
     assert code == 0 and verdict(out, "ocs1", "device p50") == "slower", out + err
     code, out, err = await run("measure", "compare", "a1,nosuch", "b1", "--runs", str(runs))
     assert code == 2 and "no run 'nosuch'" in out + err and "Traceback" not in out + err
+
+
+def test_a_sweeps_batch_sizes_are_not_taken_for_noise() -> None:
+    """A sweep measures k = 1 then k = 16: halves of the pooled run would differ by the
+    batch's own effect (5 ms here). The halves are taken batch size by batch size, so B,
+    1 ms slower at every size, is slower."""
+    def sweep(seed: int, extra: float) -> list[dict[str, Any]]:
+        values = np.random.default_rng(seed).normal(0.0, 0.05, 400)
+        return [change(i, device_ms=(25.0 if i < 200 else 30.0) + extra + float(v),
+                       truth_ms=25.0 if i < 200 else 30.0, k=1 if i < 200 else 16)
+                for i, v in enumerate(values)]
+
+    a, b = sweep(1, 0.0), sweep(2, 1.0)
+    # Pooled, the p99 lies in the k = 16 group: its halves are alike, B is slower. (The
+    # pooled median falls between the two sizes, and its interval says nothing.)
+    assert verdict(compared(a, b), "ocs1", "device p99") == "slower"
+    console = Console(width=120, record=True)
+    console.print(compare_table(a_run("a"), a, a_run("b"), b, full=True))
+    rows = [row for row in cells(console.export_text())
+            if row[0] == "ocs1" and row[2] in ("device p50", "device p99")]
+    assert len(rows) == 4 and all(row[-1] == "slower" for row in rows), rows

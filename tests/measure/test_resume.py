@@ -32,6 +32,17 @@ def test_a_run_keeps_its_target_and_another_is_refused(tmp_path: Path) -> None:
         resume_target(measured, lab=None, url="http://127.0.0.1:9002", control=None)
     with pytest.raises(RunError, match="leave out --lab demo"):
         resume_target(measured, lab="demo", url=None, control=None)
+    # The same URL written another way is the same daemon.
+    assert resume_target(measured, lab=None, url="http://127.0.0.1:9001/", control=None)
+    store.close()
+
+
+def test_a_url_run_kept_before_targets_were_kept_takes_its_control_again(
+        tmp_path: Path) -> None:
+    store = kept(tmp_path, target="http://127.0.0.1:9001", params={})
+    measured = store.get("r1")
+    assert resume_target(measured, lab=None, url=None, control="http://127.0.0.1:9100") == {
+        "url": "http://127.0.0.1:9001", "control": "http://127.0.0.1:9100"}
     store.close()
 
 
