@@ -67,7 +67,7 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
                        aid_lists=entry.aid_lists)
     if isinstance(entry, MeshEntry):
         options.update(v_pi=entry.v_pi, calibration=entry.calibration,
-                       settle_us=entry.settle_us)
+                       settle_us=entry.settle_us, **entry.limit_options())
     return cls(where, name=entry.id, settings=link_settings(entry, cls.default_settings),
                watch_interval_s=entry.watch_interval_s, **options)
 
