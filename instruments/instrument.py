@@ -32,7 +32,7 @@ class Instrument(EventSource, abc.ABC):
         self.options = options
         link = Link(address, settings or self.default_settings, name=self.name)
         self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
-                                     name=self.name, probe=self._probe,
+                                     name=self.name, probe=self._idle,
                                      watch_interval_s=watch_interval_s)
         self.connection.add_listener(self._emit)
 
@@ -77,6 +77,11 @@ class Instrument(EventSource, abc.ABC):
         """One cheap exchange that proves the device is there and the same device (the
         liveness watch's, on an idle link): a link fault if it is gone,
         :class:`~instruments.errors.DeviceRestarted` if it answers as one that restarted."""
+
+    async def _idle(self, link: Link) -> None:
+        """What the liveness watch sends on an idle link: the probe (a switch may read its
+        map instead, its audit)."""
+        await self._probe(link)
 
     def _warn(self, detail: str) -> None:
         """Something the daemon should hear of that is no failure (an optional query the

@@ -48,6 +48,7 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
     if isinstance(entry, SwitchEntry):
         cls = switch_driver(entry.driver)
         options["size"] = entry.size
+        options["audit_interval_s"] = entry.audit_interval_s
     elif isinstance(entry, KeysightEntry):
         cls = KeysightN77xx
         if entry.channels:

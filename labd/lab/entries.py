@@ -114,6 +114,10 @@ class SwitchEntry(InstrumentBase):
     """``NxM`` for Polatis (e.g. ``16x16``), a port count for CALIENT (e.g. ``320``)."""
     light_window_ms: float | None = Field(default=None, gt=0, le=LIGHT_WINDOW_MAX_MS)
     """How long light verification waits after a change on this switch; default the lab's."""
+    audit_interval_s: float = Field(default=0.0, ge=0, le=86_400)
+    """Seconds between map audits while the switch is idle (one map read, in place of the
+    liveness probe), so that circuits another controller changed are found and dealt with
+    as ``on_drift`` says; 0 (the default): no audit."""
     on_drift: Literal["restore", "report", "adopt"] = "restore"
     """When the switch is found holding other circuits than intended (at start-up, after a
     reconnect or a restart): put the intended ones back, only report it, or take the
