@@ -18,6 +18,7 @@ from labd.commands.broker import broker_config
 from labd.commands.check import check
 from labd.commands.common import console
 from labd.commands.demo import demo
+from labd.commands.discover import discover
 from labd.commands.emulate import emulate
 from labd.commands.probe import probe_command
 from labd.commands.run import run_daemon
@@ -88,6 +89,7 @@ app.command()(agent)
 app.command()(emulate)
 app.command("probe")(probe_command)
 app.command("check")(check)
+app.command()(discover)
 app.command("broker-config")(broker_config)
 app.add_typer(config.app, name="config")
 app.add_typer(measure.app, name="measure")
