@@ -23,7 +23,7 @@ from labd.errors import LabdError
 from labd.events import EventHub
 from labd.fabric.engine import Engine
 
-__all__ = ["DriftPolicy", "StartupReport", "drift_data", "open_instruments"]
+__all__ = ["DriftPolicy", "StartupReport", "drift_data", "identity_line", "open_instruments"]
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,29 @@ async def open_instruments(drivers: Mapping[str, Instrument],
         if name in report.failed:
             continue
         if (error := task.result()) is None:
-            info = getattr(drivers[name], "info", None)
-            report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
+            report.connected[name] = identity_line(drivers[name])
         else:
             report.failed[name] = str(error)
     return report
+
+
+def identity_line(driver: Instrument) -> str:
+    """What an instrument said it is, for the start-up line: vendor and model, and the
+    identity fields it did not give with why (the warning of a refused optional query,
+    or that the device reported none)."""
+    info = getattr(driver, "info", None)
+    if info is None:
+        return "ok"
+    said = " ".join(str(getattr(info, key, "")) for key in ("vendor", "model")
+                    if getattr(info, key, "")) or "identified"
+    missing = [key for key in ("model", "serial", "firmware")
+               if hasattr(info, key) and not getattr(info, key)]
+    warnings = "; ".join(driver.warnings)
+    if missing:
+        named = missing[0] if len(missing) == 1 else \
+            ", ".join(missing[:-1]) + f" or {missing[-1]}"
+        return f"{said} (no {named}: {warnings or 'the device reported none'})"
+    return f"{said} ({warnings})" if warnings else said
 
 
 _STILL_OPENING: set[asyncio.Future[Any]] = set()
