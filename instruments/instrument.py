@@ -31,8 +31,11 @@ class Instrument(EventSource, abc.ABC):
         self.name = name or f"{self.driver}@{address}"
         self.options = options
         link = Link(address, settings or self.default_settings, name=self.name)
-        self.connection = Connection(link, on_connect=self._on_connect, backoff=backoff,
-                                     name=self.name, probe=self._probe,
+        self.warnings: list[str] = []
+        """What the latest connect warned of (an optional query the device refused), kept
+        for whoever asks after the event went by (a start-up report, a snapshot)."""
+        self.connection = Connection(link, on_connect=self._connecting, backoff=backoff,
+                                     name=self.name, probe=self._idle,
                                      watch_interval_s=watch_interval_s)
         self.connection.add_listener(self._emit)
 
@@ -78,7 +81,18 @@ class Instrument(EventSource, abc.ABC):
         liveness watch's, on an idle link): a link fault if it is gone,
         :class:`~instruments.errors.DeviceRestarted` if it answers as one that restarted."""
 
+    async def _connecting(self, link: Link) -> None:
+        self.warnings = []
+        await self._on_connect(link)
+
+    async def _idle(self, link: Link) -> None:
+        """What the liveness watch sends on an idle link: the probe (a switch may read its
+        map instead, its audit)."""
+        await self._probe(link)
+
     def _warn(self, detail: str) -> None:
         """Something the daemon should hear of that is no failure (an optional query the
         device refused, say)."""
+        if len(self.warnings) < 16:
+            self.warnings.append(detail)
         self._emit(InstrumentEvent(self.name, "warning", detail=detail))

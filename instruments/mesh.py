@@ -106,7 +106,8 @@ def trace(states: dict[int, str], n: int, line: int, first: int = 0
 class MeshSwitch(OpticalSwitch):
     """Options: ``size`` (``NxN``, N a power of two), ``v_pi`` (default 5 V) or
     ``calibration`` ({"alpha": [...], "phi0": [...]} per heater), ``settle_us`` (thermal
-    settling waited after each change, default 50)."""
+    settling waited after each change, default 50), and the heaters' limits ``vmax``
+    (V), ``imax`` (mA), ``channel_limits`` (:class:`instruments.qontrol.Limits`)."""
 
     driver = "qontrol-mesh"
     done_on_reply = False  # the heaters settle after the board's reply
@@ -131,6 +132,8 @@ class MeshSwitch(OpticalSwitch):
             raise InvalidRequest(f"calibration needs {self.elements} alpha and phi0 values "
                                  f"for a {n}x{n} mesh", instrument=self.name)
         self.settle_s = float(self.options.get("settle_us", 50)) * 1e-6
+        self.limits = qontrol.Limits.of(self.options)
+        self._refuse_unreachable()
         self.board: qontrol.BoardInfo | None = None
         self.states: dict[int, str] = {}
         self.volts: dict[int, float] = {}
@@ -142,6 +145,22 @@ class MeshSwitch(OpticalSwitch):
         target = math.pi if state == BAR else 0.0
         phase = (target - self.phi0[element]) % (2 * math.pi)
         return math.sqrt(phase / self.alpha[element])
+
+    def _refuse_unreachable(self) -> None:
+        """Every heater must reach both states within its limit: a calibration that asks
+        more of a heater than its ``vmax`` is refused here, before any connect, rather
+        than leaving a route that can never be made."""
+        for k in range(self.elements):
+            limit = self.limits.limit(k, "v")
+            if limit is None:
+                continue
+            for state in (BAR, CROSS):
+                needed = float(qontrol.number(self.volts_for(k, state)))
+                if needed > limit:
+                    raise InvalidRequest(
+                        f"heater {k} needs {needed:g} V for the {state} state (its "
+                        f"calibration) but {self.limits.name(k, 'v')} forbids it; fix the "
+                        "calibration or the limit", instrument=self.name)
 
     def state_from(self, element: int, volts: float) -> str:
         phase = (self.phi0[element] + self.alpha[element] * volts * volts) % (2 * math.pi)
@@ -163,6 +182,9 @@ class MeshSwitch(OpticalSwitch):
         if board.channels < self.elements:
             raise ConnectError(f"a {self.n}x{self.n} mesh has {self.elements} heaters but the "
                                f"board drives {board.channels} channels", instrument=self.name)
+        differed = await qontrol.program_limits(link, self.limits, board)
+        if differed and self.board is not None:
+            self._warn(qontrol.limits_reset(differed, self.limits, board))
         self.board = board
         self._read_back(await qontrol.read_volts(link, board.channels))
         return SwitchInfo("Qontrol", f"Benes {self.n}x{self.n} mesh", board.id,
@@ -214,6 +236,10 @@ class MeshSwitch(OpticalSwitch):
         changed = {k: self.volts_for(k, s) for k, s in states.items()
                    if self.states.get(k) != s}
         if changed:
+            # Never believed to be in range: checked against the limits on every change,
+            # whatever plan made it, before a byte is written.
+            qontrol.refuse_beyond(self.limits, {k: float(qontrol.number(v))
+                                                for k, v in changed.items()}, "v", self.name)
             try:
                 await qontrol.set_and_sync(link, qontrol.vector_commands(changed,
                                                                          known=self.volts))

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from instruments.errors import (
+    ConnectError,
     DeviceError,
     DeviceRestarted,
     InvalidRequest,
@@ -45,6 +46,55 @@ class BoardInfo:
     channels: int
     vfull: float
     ifull: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Most a channel may be driven to: ``vmax`` (V) and ``imax`` (mA) for every channel
+    of the board, and per channel (``channels``: channel → (vmax, imax), either None),
+    the channel's own winning. A heater has a rating below the board's full scale; a
+    wrong calibration or a wrong request must not drive full scale into it."""
+
+    vmax: float | None = None
+    imax: float | None = None
+    channels: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Limits:
+        """From a driver's options: ``vmax``, ``imax`` and ``channel_limits`` (channel →
+        ``{"vmax": V, "imax": mA}``)."""
+        per = {int(ch): (values.get("vmax"), values.get("imax"))
+               for ch, values in (options.get("channel_limits") or {}).items()}
+        return cls(options.get("vmax"), options.get("imax"), per)
+
+    def __bool__(self) -> bool:
+        return self.vmax is not None or self.imax is not None or bool(self.channels)
+
+    def limit(self, channel: int, word: str) -> float | None:
+        """Channel ``channel``'s ``vmax`` (word ``v``) or ``imax`` (``i``); None for none."""
+        own = self.channels.get(channel, (None, None))[0 if word == "v" else 1]
+        if own is not None:
+            return own
+        return self.vmax if word == "v" else self.imax
+
+    def name(self, channel: int, word: str) -> str:
+        """The limit as a message names it: whose it is, its value and unit."""
+        value = self.limit(channel, word)
+        key, unit = ("vmax", "V") if word == "v" else ("imax", "mA")
+        whose = f"channel {channel}'s" if channel in self.channels and \
+            self.channels[channel][0 if word == "v" else 1] is not None else "the board's"
+        return f"{whose} {key} of {value:g} {unit}"
+
+    def wanted(self, channels: int) -> dict[str, float]:
+        """The board's ``vmax<ch>``/``imax<ch>`` settings these limits make, on a board of
+        ``channels`` channels."""
+        settings: dict[str, float] = {}
+        for word, key in (("v", "vmax"), ("i", "imax")):
+            for ch in range(channels):
+                value = self.limit(ch, word)
+                if value is not None:
+                    settings[f"{key}{ch}"] = value
+        return settings
 
 
 def board_error(line: str, command: str, instrument: str) -> DeviceError | None:
@@ -131,6 +181,76 @@ async def probe(link: Link, ident: str) -> None:
             raise DeviceRestarted(f"id? now answers {line[:80]!r} (was {ident!r}): another "
                                   "board, or one that restarted", instrument=link.name)
         return
+
+
+async def ask_each(link: Link, queries: Sequence[str]) -> list[str]:
+    """Send several one-line queries in one write and return their answers in order: one
+    round trip, not one a query (a USB-serial adapter holds each reply up to its latency
+    timer, 16 ms by default on an FTDI)."""
+    if not queries:
+        return []
+    await link.write_query(link.settings.write_termination.join(queries))
+    answers: list[str] = []
+    while len(answers) < len(queries):
+        line = (await link.read_line()).strip()
+        if not line or line.upper() == "OK":
+            continue
+        error = board_error(line, "; ".join(queries), link.name)
+        if error is not None:
+            raise error
+        if _ERROR.match(line):  # the powered-up notice
+            continue
+        answers.append(line)
+    return answers
+
+
+async def program_limits(link: Link, limits: Limits, info: BoardInfo) -> dict[str, float]:
+    """Make the board's own ``VMAX``/``IMAX`` what ``limits`` say, so that the board
+    refuses what labd would (a second guard, and one for any other client on the line).
+    Reads them first and writes only those that differ; reads those back. Returns what
+    differed (setting → what the board held): on a reconnect, a board that restarted or
+    that someone else set. A limit beyond the board's full scale, or one the board does
+    not keep, is a ConnectError."""
+    beyond = sorted(ch for ch in limits.channels if not 0 <= ch < info.channels)
+    if beyond:
+        raise ConnectError(f"limits are given for channel {beyond[0]}, but the board drives "
+                           f"channels 0..{info.channels - 1}; fix the lab file",
+                           instrument=link.name)
+    wanted = limits.wanted(info.channels)
+    for setting, value in wanted.items():
+        full, unit = (info.vfull, "V") if setting.startswith("v") else (info.ifull, "mA")
+        if not 0 < value <= full:
+            raise ConnectError(f"{setting[:4]} {value:g} {unit} for channel {setting[4:]} is "
+                               f"beyond the board's full scale of {full:g} {unit}; fix the "
+                               "lab file's limit", instrument=link.name)
+    names = list(wanted)
+    held = [reply_float(text, f"{name}?", link.name)
+            for name, text in zip(names, await ask_each(link, [f"{n}?" for n in names]),
+                                  strict=True)]
+    differed = {name: value for name, value, want in zip(names, held, wanted.values(),
+                                                         strict=True)
+                if abs(value - want) > 5e-5}
+    if differed:
+        await set_and_sync(link, [f"{name}={number(wanted[name])}" for name in differed])
+        again = await ask_each(link, [f"{name}?" for name in differed])
+        for name, text in zip(differed, again, strict=True):
+            if abs(reply_float(text, f"{name}?", link.name) - wanted[name]) > 5e-5:
+                raise ConnectError(f"the board did not keep {name}={number(wanted[name])} "
+                                   f"(reads {text.strip()[:20]})", instrument=link.name)
+    return differed
+
+
+def refuse_beyond(limits: Limits, values: Mapping[int, float], word: str,
+                  instrument: str) -> None:
+    """InvalidRequest naming the first value beyond its channel's limit, before anything
+    is sent."""
+    unit = "V" if word == "v" else "mA"
+    for channel, value in values.items():
+        limit = limits.limit(channel, word)
+        if limit is not None and value > limit:
+            raise InvalidRequest(f"{value:g} {unit} on channel {channel} is beyond "
+                                 f"{limits.name(channel, word)}; nothing was sent",
+                                 instrument=instrument)
 
 
 def number(value: float) -> str:
@@ -224,6 +344,16 @@ async def read_volts(link: Link, channels: int) -> list[float]:
     return await read_all(link, channels, "v")
 
 
+def limits_reset(differed: Mapping[str, float], limits: Limits, info: BoardInfo) -> str:
+    """The warning for a board found, on reconnecting, with other limits than labd set."""
+    wanted = limits.wanted(info.channels)
+    shown = ", ".join(f"{name} {held:g} → {wanted[name]:g}"
+                      for name, held in list(differed.items())[:8])
+    more = f" and {len(differed) - 8} more" if len(differed) > 8 else ""
+    return (f"the board's limits were not those labd set (restarted, or set by another "
+            f"client): {shown}{more}; set again")
+
+
 class QontrolBoard(Instrument):
     """The board on its own: set and read channel voltages."""
 
@@ -233,9 +363,16 @@ class QontrolBoard(Instrument):
     def __init__(self, address: str, **kwargs: Any) -> None:
         super().__init__(address, **kwargs)
         self.info: BoardInfo | None = None
+        self.limits = Limits.of(self.options)
+        """Options ``vmax`` (V), ``imax`` (mA) and ``channel_limits`` (channel →
+        ``{"vmax": V, "imax": mA}``): programmed into the board at every connect."""
 
     async def _on_connect(self, link: Link) -> None:
-        self.info = await identify(link)
+        info = await identify(link)
+        differed = await program_limits(link, self.limits, info)
+        if differed and self.info is not None:
+            self._warn(limits_reset(differed, self.limits, info))
+        self.info = info
 
     async def _probe(self, link: Link) -> None:
         assert self.info is not None
@@ -251,6 +388,7 @@ class QontrolBoard(Instrument):
         if not 0 <= value <= full:
             raise InvalidRequest(f"{value} {unit} on channel {channel}: the board gives "
                                  f"0..{full} {unit}", instrument=self.name)
+        refuse_beyond(self.limits, {channel: value}, "v" if unit == "V" else "i", self.name)
 
     async def set_volts(self, volts: dict[int, float]) -> None:
         """Set channel voltages (V): per module, runs of channels as vector commands."""

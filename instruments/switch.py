@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import enum
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -111,12 +112,24 @@ class OpticalSwitch(Instrument):
     """A disconnect takes the light off the pair's path (False: a mesh, whose light always
     goes somewhere; a disconnect there changes nothing on the chip)."""
 
-    def __init__(self, address: str, *, size: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, address: str, *, size: str | None = None,
+                 audit_interval_s: float = 0.0, **kwargs: Any) -> None:
         super().__init__(address, **kwargs)
         self.declared_size = parse_size(size) if size else None
         self.info: SwitchInfo | None = None
         self.expected: CrossConnects = {}
         self._opened = False
+        self.audit_interval_s = audit_interval_s
+        """Seconds between map audits on an idle link (0: none): the watch reads the map
+        instead of probing once this long has passed since the last read, so circuits
+        another controller changed are found while nobody uses the switch."""
+        self.audits = 0
+        """Map reads the audit made (what it cost the wire)."""
+        self._audit_due_ns = 0
+        if audit_interval_s > 0:
+            watch = self.connection.watch_interval_s
+            self.connection.watch_interval_s = min(watch, audit_interval_s) if watch > 0 \
+                else audit_interval_s
 
     async def _on_connect(self, link: Link) -> None:
         await self._login(link)
@@ -149,6 +162,26 @@ class OpticalSwitch(Instrument):
             ))
         self.expected = found
         self._opened = True
+        self._audit_due_ns = time.monotonic_ns() + int(self.audit_interval_s * 1e9)
+
+    async def _idle(self, link: Link) -> None:
+        """The watch on an idle link: the probe, or, once the audit interval has passed,
+        one map read (proof of life too). A map other than the expected one is a ``drift``
+        event marked ``audit``, for the daemon's on_drift policy."""
+        now = time.monotonic_ns()
+        if self.audit_interval_s <= 0 or now < self._audit_due_ns:
+            await self._probe(link)
+            return
+        self._audit_due_ns = now + int(self.audit_interval_s * 1e9)
+        self.audits += 1
+        found = await self._read_map(link)
+        drift = Drift.between(self.expected, found)
+        self.expected = dict(found)
+        if drift:
+            self._emit(InstrumentEvent(self.name, "drift", drift=drift,
+                                       detail=f"audit: {len(drift.missing)} missing, "
+                                              f"{len(drift.unexpected)} unexpected",
+                                       data={"audit": True}))
 
     # -- validation --------------------------------------------------------------------
     def _require_info(self) -> SwitchInfo:

@@ -5,8 +5,14 @@ driving the heaters of a photonic mesh. ASCII protocol per docs/protocols.md §5
 
 Options for the [?] items: ``ack`` (set commands answer ``OK``; default true),
 ``error_padding`` (``E01:05``, true, or ``E1:5``), ``powered_up`` (send ``E90:00`` when
-the port opens). Mesh options: ``ports``, ``coupler_error``, ``tau_us``, ``v_pi``,
-``calibration_error``, ``seed``. Fault: ``dead_heater`` (``channel``).
+the port opens), ``heater_ohms`` (each channel's load: the current a voltage draws).
+
+Limits: a set beyond a channel's ``VMAX`` is refused with ``E01:<ch>`` (nothing applied);
+a voltage whose current would pass the channel's ``IMAX`` is limited to ``IMAX`` (the
+board's compliance) and answered ``E02:<ch>``; both are alarms kept per channel
+(``alarms``), and every set command received is logged (``writes``). Mesh options:
+``ports``, ``coupler_error``, ``tau_us``, ``v_pi``, ``calibration_error``, ``seed``.
+Fault: ``dead_heater`` (``channel``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -39,6 +46,7 @@ class QontrolOptions(MeshOptions):
     error_padding: bool = True
     powered_up: bool = True
     serial_base: int = 0x01A0
+    heater_ohms: float = 500.0
 
     def mesh(self) -> MeshOptions:
         names = {f.name for f in fields(MeshOptions)}
@@ -65,6 +73,10 @@ class MeshDevice:
         self.current = [0.0] * self.channels
         self.vmax = [VFULL] * self.channels
         self.imax = [IFULL] * self.channels
+        self.alarms: dict[int, str] = {}
+        """Channels driven past a limit: channel → ``over-voltage`` or ``over-current``."""
+        self.writes: deque[tuple[str, int, tuple[float, ...]]] = deque(maxlen=100_000)
+        """Every set command received, refused or not: (word, first channel, values)."""
         self.faults = Faults()
         self.serial = SessionInterface("serial", b"\n", lambda: QontrolSession(self))
 
@@ -75,9 +87,13 @@ class MeshDevice:
         return self.mesh.transmissions(port, times)
 
     def reset(self) -> None:
+        # A power cycle: outputs at 0 V and the limits back at full scale, as a board
+        # keeps none of its settings.
         self.volts = [0.0] * self.channels
         self.current = [0.0] * self.channels
         self.vmax = [VFULL] * self.channels
+        self.imax = [IFULL] * self.channels
+        self.alarms = {}
         self.mesh.reset()
         self.faults.clear()
 
@@ -87,6 +103,7 @@ class MeshDevice:
     def snapshot(self) -> dict[str, Any]:
         data = self.mesh.snapshot()
         data["volts"] = [round(v, 4) for v in self.volts]
+        data["alarms"] = {str(ch): what for ch, what in sorted(self.alarms.items())}
         return data
 
     def module_id(self, index: int) -> str:
@@ -98,15 +115,35 @@ class MeshDevice:
             if not 0 <= ch < self.channels:
                 raise QontrolError(12, ch)
             if not 0.0 <= v <= min(self.vmax[ch], VFULL):
+                if v > 0:
+                    self.alarms[ch] = "over-voltage"
                 raise QontrolError(1, ch)
+        limited: int | None = None
         for offset, v in enumerate(values):
-            self.volts[start + offset] = v
+            ch = start + offset
+            ma = v / self.options.heater_ohms * 1000
+            if ma > self.imax[ch]:  # compliance: the current held at IMAX
+                ma, v = self.imax[ch], self.imax[ch] * self.options.heater_ohms / 1000
+                self.alarms[ch] = "over-current"
+                limited = ch if limited is None else limited
+            self.volts[ch], self.current[ch] = v, ma
+            values[offset] = v
         heaters = {start + i: v for i, v in enumerate(values)
                    if start + i < self.mesh.elements}
         if heaters:
             self.mesh.apply_voltages(heaters, arrived_ns, "serial")
+        if limited is not None:
+            raise QontrolError(2, limited)
 
 
+
+
+def _is_number(text: str) -> bool:
+    try:
+        wire_float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class QontrolSession(Session):
@@ -183,6 +220,8 @@ class QontrolSession(Session):
                 return [f"{d.module_id(i)} : {i}" for i in range(d.modules)]
             raise QontrolError(10)
         # op == "="
+        logged = tuple(wire_float(v) for v in value.split(",") if _is_number(v))
+        d.writes.append((word, ch, logged))
         try:
             numbers = [wire_float(v) for v in value.split(",")] if value else []
         except ValueError:

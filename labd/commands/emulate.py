@@ -20,7 +20,8 @@ def emulate(
                                               help="Port of the control endpoint "
                                                    "(0 picks a free one).")] = 0,
     resolved: Annotated[Path | None, typer.Option(
-        help="Also write a copy of the lab file pointing at the emulators.")] = None,
+        help="Also write a copy of the lab file pointing at the emulators, every entry a "
+             "table of its own ([[instrument]], [[fiber]], ...).")] = None,
     mqtt: Annotated[str | None, typer.Option(
         help="MQTT broker the emulated GPU hosts' agents report to, "
              "mqtt://HOST[:PORT] (mqtts:// for TLS).")]

@@ -19,6 +19,7 @@ from labd.commands.broker import broker_config
 from labd.commands.check import check
 from labd.commands.common import console
 from labd.commands.demo import demo
+from labd.commands.discover import discover
 from labd.commands.emulate import emulate
 from labd.commands.fleet import fleet
 from labd.commands.health import health
@@ -92,6 +93,7 @@ app.command()(emulate)
 app.command("probe")(probe_command)
 app.command("check")(check)
 app.command("health")(health)
+app.command()(discover)
 app.command("broker-config")(broker_config)
 app.command("fleet")(fleet)
 app.add_typer(config.app, name="config")

@@ -197,6 +197,7 @@ class Daemon:
                 "identity": None if info is None else {
                     "vendor": info.vendor, "model": info.model, "serial": info.serial,
                     "firmware": info.firmware},
+                "warnings": list(driver.warnings),
             })
         return out
 

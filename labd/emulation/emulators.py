@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
@@ -116,8 +117,6 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
     them a second time (two agents of one host take its broker session from each other)."""
     import tomllib
 
-    import tomli_w
-
     data = tomllib.loads(Path(lab.source).read_text(encoding="utf-8"))
     by_id = {e.id: e for e in entries}
     for item in data.get("instrument", []):
@@ -129,7 +128,48 @@ def write_resolved(lab: Lab, emulated: EmulatedLab, entries: list[Instrument],
     for item in data.get("host", []):
         if item.get("id") in played:
             item["emulate"] = False
-    target.write_text(tomli_w.dumps(data), encoding="utf-8")
+    target.write_text(lab_toml(data), encoding="utf-8")
+
+
+def lab_toml(data: dict[str, Any]) -> str:
+    """A lab file's data as TOML a person can copy entries from: every array of tables as
+    ``[[instrument]]``-style tables and every table under its own header (a serializer's
+    inline ``endpoint = [{...}, ...]`` cannot be pasted after a ``[lab]`` table: it would
+    land inside it)."""
+    import tomli_w
+
+    def is_tables(value: Any) -> bool:
+        return isinstance(value, list) and bool(value) and all(
+            isinstance(v, dict) for v in value)
+
+    def key_of(key: str) -> str:
+        # As the serializer writes a key (bare, or quoted and escaped as TOML wants).
+        return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else \
+            tomli_w.dumps({key: 0}).rsplit(" = ", 1)[0]
+
+    def section(header: str, path: str, table: dict[str, Any]) -> list[str]:
+        plain = {k: v for k, v in table.items()
+                 if not isinstance(v, dict) and not is_tables(v)}
+        out = [header + "\n" + tomli_w.dumps(plain)]
+        for key, value in table.items():
+            name = f"{path}.{key_of(key)}"
+            if isinstance(value, dict):
+                out += section(f"[{name}]", name, value)
+            elif is_tables(value):
+                for item in value:
+                    out += section(f"[[{name}]]", name, item)
+        return out
+
+    top = {k: v for k, v in data.items() if not isinstance(v, dict) and not is_tables(v)}
+    parts = [tomli_w.dumps(top)] if top else []
+    for key in sorted(data, key=lambda k: (k != "lab", k != "daemon")):  # [lab] first
+        value, name = data[key], key_of(key)
+        if isinstance(value, dict):
+            parts += section(f"[{name}]", name, value)
+        elif is_tables(value):
+            for item in value:
+                parts += section(f"[[{name}]]", name, item)
+    return "\n".join(parts)
 
 
 class NicLight:

@@ -1,9 +1,11 @@
 """What is done when a switch holds other circuits than the intended ones.
 
-At start-up, and whenever a switch comes back online (a reconnect, a restart found by the
-liveness watch), its map is compared with the intended state. Each switch's ``on_drift``
-(lab file) then says what happens: ``restore`` puts the intended circuits back, ``report``
-only announces the drift, ``adopt`` takes the switch's map as the intended one.
+At start-up, whenever a switch comes back online (a reconnect, a restart found by the
+liveness watch) and whenever its map audit (``audit_interval_s``) finds a change another
+controller made while it was idle, its map is compared with the intended state. Each
+switch's ``on_drift`` (lab file) then says what happens: ``restore`` puts the intended
+circuits back, ``report`` only announces the drift, ``adopt`` takes the switch's map as
+the intended one.
 ``restore=False`` (``labd run --no-restore``) makes every switch ``report``.
 """
 
@@ -21,7 +23,7 @@ from labd.errors import LabdError
 from labd.events import EventHub
 from labd.fabric.engine import Engine
 
-__all__ = ["DriftPolicy", "StartupReport", "drift_data", "open_instruments"]
+__all__ = ["DriftPolicy", "StartupReport", "drift_data", "identity_line", "open_instruments"]
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +66,29 @@ async def open_instruments(drivers: Mapping[str, Instrument],
         if name in report.failed:
             continue
         if (error := task.result()) is None:
-            info = getattr(drivers[name], "info", None)
-            report.connected[name] = f"{info.vendor} {info.model}" if info else "ok"
+            report.connected[name] = identity_line(drivers[name])
         else:
             report.failed[name] = str(error)
     return report
+
+
+def identity_line(driver: Instrument) -> str:
+    """What an instrument said it is, for the start-up line: vendor and model, and the
+    identity fields it did not give with why (the warning of a refused optional query,
+    or that the device reported none)."""
+    info = getattr(driver, "info", None)
+    if info is None:
+        return "ok"
+    said = " ".join(str(getattr(info, key, "")) for key in ("vendor", "model")
+                    if getattr(info, key, "")) or "identified"
+    missing = [key for key in ("model", "serial", "firmware")
+               if hasattr(info, key) and not getattr(info, key)]
+    warnings = "; ".join(driver.warnings)
+    if missing:
+        named = missing[0] if len(missing) == 1 else \
+            ", ".join(missing[:-1]) + f" or {missing[-1]}"
+        return f"{said} (no {named}: {warnings or 'the device reported none'})"
+    return f"{said} ({warnings})" if warnings else said
 
 
 _STILL_OPENING: set[asyncio.Future[Any]] = set()
@@ -103,7 +123,8 @@ class DriftPolicy:
         event)."""
         self._reconciled = False
         self._healing: dict[str, asyncio.Task[None]] = {}
-        self._heal_again: set[str] = set()
+        self._heal_again: dict[str, str] = {}
+        """Switches to look at again when their heal ends, and what found them."""
 
     def on_drift(self, switch: str) -> str:
         """What is done when ``switch`` holds other circuits than intended: the lab file's
@@ -121,9 +142,20 @@ class DriftPolicy:
             data["drift"] = drift_data(event.drift)
         if event.data.get("restarted"):
             data["restarted"] = self.restarted[event.instrument] = event.data["restarted"]
+        if event.data.get("audit"):
+            data["audit"] = True
         self.hub.publish(f"instrument.{event.kind}", data)
         if event.kind == "state" and event.state is LinkState.ONLINE:
             self.came_online(event.instrument)
+        elif event.kind == "drift" and event.data.get("audit"):
+            self.audited(event.instrument)
+
+    def audited(self, switch: str) -> None:
+        """A switch's map audit (``audit_interval_s``) found other circuits than expected:
+        someone else changed it while it was idle. Dealt with as a reconnect is, once
+        start-up has reconciled."""
+        if self._reconciled and switch in self.engine.switches:
+            self._heal_soon(switch, "audit")
 
     def came_online(self, switch: str) -> None:
         """A switch is online again: dealt with once start-up has reconciled (before, the
@@ -148,8 +180,10 @@ class DriftPolicy:
                 self._heal(name, report), name=f"labd-heal-{name}")
             await task
 
-    async def settle(self, switch: str, report: StartupReport | None = None) -> None:
-        """The switch's map against the intended state, dealt with as ``on_drift`` says."""
+    async def settle(self, switch: str, report: StartupReport | None = None,
+                     when: str = "reconnect") -> None:
+        """The switch's map against the intended state, dealt with as ``on_drift`` says;
+        ``when`` (``reconnect`` or ``audit``) is what found it, after start-up."""
         drift = Drift.between(self.engine.intended[switch],
                               self.engine.switches[switch].expected)
         restarted = self.restarted.pop(switch, None)
@@ -158,7 +192,7 @@ class DriftPolicy:
         policy = self.on_drift(switch)
         data: dict[str, Any] = {"switch": switch, **drift_data(drift), "policy": policy,
                                 "restarted": restarted,
-                                "when": "start-up" if report is not None else "reconnect"}
+                                "when": "start-up" if report is not None else when}
         self.hub.publish("drift", data)
         if report is not None:
             report.drift[switch] = drift
@@ -176,30 +210,32 @@ class DriftPolicy:
         tasks, self._healing = list(self._healing.values()), {}
         return tasks
 
-    def _heal_soon(self, switch: str) -> None:
+    def _heal_soon(self, switch: str, when: str = "reconnect") -> None:
         """Compare a switch that came back online with the intended state, in a task of its
         own (the event came from inside its connection). One at a time per switch: a
         reconnect during a heal is looked at again when it ends."""
         running = self._healing.get(switch)
         if running is not None and not running.done():
-            self._heal_again.add(switch)
+            self._heal_again[switch] = when
             return
         self._healing[switch] = asyncio.get_running_loop().create_task(
-            self._heal(switch), name=f"labd-heal-{switch}")
+            self._heal(switch, when=when), name=f"labd-heal-{switch}")
 
-    async def _heal(self, switch: str, report: StartupReport | None = None) -> None:
+    async def _heal(self, switch: str, report: StartupReport | None = None,
+                    when: str = "reconnect") -> None:
         while True:
-            self._heal_again.discard(switch)
-            when = "at start-up" if report is not None else "on reconnecting"
+            self._heal_again.pop(switch, None)
+            found = "at start-up" if report is not None else \
+                "by the map audit" if when == "audit" else "on reconnecting"
             try:
-                await self.settle(switch, report)
+                await self.settle(switch, report, when)
             except LabdError as exc:
                 # Offline again, the store refusing: the next reconnect tries again.
-                self.hub.publish("warning", {"detail": f"{switch}: the drift found {when} "
+                self.hub.publish("warning", {"detail": f"{switch}: the drift found {found} "
                                                        f"was not dealt with: {exc}"})
             except Exception:
                 log.exception("%s: dealing with drift failed", switch,
                               extra={"instrument": switch})
             if switch not in self._heal_again:
                 return
-            report = None  # looked at again: a reconnect's
+            report, when = None, self._heal_again[switch]  # looked at again

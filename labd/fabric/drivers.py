@@ -48,6 +48,7 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
     if isinstance(entry, SwitchEntry):
         cls = switch_driver(entry.driver)
         options["size"] = entry.size
+        options["audit_interval_s"] = entry.audit_interval_s
     elif isinstance(entry, KeysightEntry):
         cls = KeysightN77xx
         if entry.channels:
@@ -67,7 +68,7 @@ def make_driver(entry: Instrument, address: str | None = None, *, source: str = 
                        aid_lists=entry.aid_lists)
     if isinstance(entry, MeshEntry):
         options.update(v_pi=entry.v_pi, calibration=entry.calibration,
-                       settle_us=entry.settle_us)
+                       settle_us=entry.settle_us, **entry.limit_options())
     return cls(where, name=entry.id, settings=link_settings(entry, cls.default_settings),
                watch_interval_s=entry.watch_interval_s, **options)
 

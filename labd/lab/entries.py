@@ -118,6 +118,10 @@ class SwitchEntry(InstrumentBase):
     """``NxM`` for Polatis (e.g. ``16x16``), a port count for CALIENT (e.g. ``320``)."""
     light_window_ms: float | None = Field(default=None, gt=0, le=LIGHT_WINDOW_MAX_MS)
     """How long light verification waits after a change on this switch; default the lab's."""
+    audit_interval_s: float = Field(default=0.0, ge=0, le=86_400)
+    """Seconds between map audits while the switch is idle (one map read, in place of the
+    liveness probe), so that circuits another controller changed are found and dealt with
+    as ``on_drift`` says; 0 (the default): no audit."""
     on_drift: Literal["restore", "report", "adopt"] = "restore"
     """When the switch is found holding other circuits than intended (at start-up, after a
     reconnect or a restart): put the intended ones back, only report it, or take the
@@ -189,6 +193,27 @@ class CalientTl1Entry(Tl1Credentials):
     """Send ``&`` lists of ports in one command; false sends one pair per command."""
 
 
+#: The most channels a Qontrol-style board chain drives (instruments.qontrol).
+BOARD_CHANNELS = 2048
+
+
+class ChannelLimit(Strict):
+    """``[[instrument.channel]]``: one DAC channel's limits, over the board's."""
+
+    channel: int = Field(ge=0, lt=BOARD_CHANNELS)
+    """The board's channel, from 0 (heater k of a mesh is channel k)."""
+    vmax: float | None = Field(default=None, gt=0, le=60)
+    """Most volts this channel is driven to."""
+    imax: float | None = Field(default=None, gt=0, le=300)
+    """Most milliamperes this channel drives."""
+
+    @model_validator(mode="after")
+    def _some(self) -> ChannelLimit:
+        if self.vmax is None and self.imax is None:
+            raise ValueError(f"channel {self.channel}: give 'vmax', 'imax' or both")
+        return self
+
+
 class MeshEntry(NxMSwitch):
     """A Beneš MZI mesh whose heaters hang off a Qontrol-style board (the address)."""
 
@@ -200,6 +225,42 @@ class MeshEntry(NxMSwitch):
     """Per-heater ``alpha`` (rad/V²) and ``phi0`` (rad), from your calibration run."""
     settle_us: float = Field(default=50.0, ge=0, le=1e6)
     """Thermal settling waited after each change."""
+    vmax: float | None = Field(default=None, gt=0, le=60)
+    """Most volts any channel of the board is driven to (programmed as its VMAX)."""
+    imax: float | None = Field(default=None, gt=0, le=300)
+    """Most milliamperes any channel drives (programmed as its IMAX)."""
+    channel: list[ChannelLimit] = Field(default_factory=list, max_length=BOARD_CHANNELS)
+    """Per-channel limits, over ``vmax``/``imax``."""
+
+    @field_validator("channel")
+    @classmethod
+    def _once(cls, value: list[ChannelLimit]) -> list[ChannelLimit]:
+        seen: set[int] = set()
+        for limit in value:
+            if limit.channel in seen:
+                raise ValueError(f"channel {limit.channel} is given twice")
+            seen.add(limit.channel)
+        return value
+
+    def limit_options(self) -> dict[str, Any]:
+        """The limits as the driver takes them (``vmax``, ``imax``, ``channel_limits``)."""
+        per = {c.channel: {"vmax": c.vmax, "imax": c.imax} for c in self.channel}
+        return {"vmax": self.vmax, "imax": self.imax, "channel_limits": per}
+
+    @model_validator(mode="after")
+    def _reachable(self) -> MeshEntry:
+        # The calibration must fit the limits: a heater that cannot reach both states
+        # within its vmax leaves routes that can never be made (the driver refuses them
+        # too, but a lab file that cannot work is better refused by labd check).
+        from instruments.errors import InvalidRequest
+        from instruments.mesh import MeshSwitch
+
+        try:
+            MeshSwitch("serial:///dev/null", size=self.size, v_pi=self.v_pi,
+                       calibration=self.calibration, **self.limit_options())
+        except InvalidRequest as exc:
+            raise ValueError(exc.args[0]) from None
+        return self
 
     @field_validator("size")
     @classmethod

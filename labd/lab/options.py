@@ -115,6 +115,7 @@ class MeshOptions(Options):
     error_padding: bool = True
     powered_up: bool = True
     serial_base: Annotated[int, Field(ge=0, le=0xFFFF)] = 0x01A0
+    heater_ohms: Annotated[float, Field(gt=0, le=1e6)] = 500.0
 
 
 #: driver → the options its emulator takes

@@ -566,6 +566,8 @@ OPENED = "`E90:00` when the port opens"
 V_SET = "`v<ch>=<V>` / `vvec<ch0>=v0,v1,…`"
 I_SET = "`i<ch>=<mA>` / `ivec<ch0>=…`"
 READ_ALL = "`vall?` / `iall?`"
+VMAX = "`vmax<ch>=<V>` / `vmax<ch>?`"
+IMAX = "`imax<ch>=<mA>` / `imax<ch>?`"
 ERRORS = "errors `E<nn>:<ch>`"
 
 
@@ -612,6 +614,12 @@ QONTROL: list[Row] = [
     row("5.1", READ_ALL, b"v9=1.2000\nvall?\n", b"OK\n" + _levels({9: 1.2}),
         "one line per channel"),
     row("5.1", READ_ALL, b"i3=1.5\niall?\n", b"OK\n" + _levels({3: 1.5}), "iall?"),
+    row("5.1", VMAX, b"vmax3=5\nvmax3?\n", b"OK\n5.0000\n"),
+    row("5.1", VMAX, b"vmax3=5\nv3=6\n", b"OK\nE01:03\n", "beyond it: refused, nothing applied",
+        then=_volts({3: 0.0})),
+    row("5.1", IMAX, b"imax3=10\nimax3?\n", b"OK\n10.0000\n"),
+    row("5.1", IMAX, b"imax3=4\nv3=6\n", b"OK\nE02:03\n",
+        "beyond it: held at 4 mA x 500 ohm", then=_volts({3: 2.0})),
     row("5.1", ERRORS, b"v3=13\n", b"E01:03\n", "1 over-voltage", then=_volts({3: 0.0})),
     row("5.1", ERRORS, b"v3=13\n", b"E1:3\n", "error_padding = false [?]",
         options={"error_padding": False}),
