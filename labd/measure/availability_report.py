@@ -15,6 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from labd.errors import LabdError
+from labd.lab.loader import Lab
 from labd.measure.ettr import (
     MIXNET_LINK_UP_S,
     STANDBY_SHARE,
@@ -93,8 +94,20 @@ def _model(params: dict[str, Any], rows: list[dict[str, Any]], sweeps: bool) -> 
     traces, seed = int(params["traces"]), int(params["seed"])
     outcome = simulate(profile, inputs, recoveries, traces=traces, seed=seed)
     swept = {name: sweep(name, profile, inputs, recoveries, traces=max(20, traces // 2),
-                         seed=seed) for name in SWEEPS} if sweeps else {}
+                         seed=seed) for name in swept_names(params)} if sweeps else {}
     return Model(profile, inputs, recoveries, outcome, swept)
+
+
+def rig_plays_link_up(params: dict[str, Any]) -> bool:
+    """Whether the replay's recoveries hold the lab's hosts' own NIC link-up."""
+    rig = params.get("rig_link_up")
+    return rig == "mixnet" or (isinstance(rig, int | float) and rig > 0)
+
+
+def swept_names(params: dict[str, Any]) -> list[str]:
+    """The sweeps a run's model runs: not the NIC link-up's where the measured recoveries
+    hold a link-up already (the sweep would add its values on top of it)."""
+    return [n for n in SWEEPS if n != "link-up" or not rig_plays_link_up(params)]
 
 
 def _pct(e: Estimate) -> str:
@@ -173,12 +186,19 @@ def recovery_table(rows: list[dict[str, Any]], model: Model) -> Table:
 
 def ettr_table(model: Model) -> Table:
     o, inputs = model.outcome, model.inputs
+    if o.no_spare_share is None:
+        pool = "no draw had a failure with a recovery path: none needed a spare"
+    else:
+        pool = (f"{o.no_spare_share.mean * 100:.1f} % ({o.no_spare_share.low * 100:.1f}"
+                f"{DASH}{o.no_spare_share.high * 100:.1f}) of the failures with a recovery "
+                f"path found no spare free, over the {o.no_spare_traces} of {o.traces} draws "
+                "that had one")
     table = Table(title=f"ETTR and GPU-hours lost per strategy: mean (95 % interval) over "
                         f"{o.traces} draws of the failure process, {o.failures.mean:.0f} "
                         f"failures each ({o.failures.low:.0f}{DASH}{o.failures.high:.0f}); "
                         f"{inputs.spare_hosts} spare hosts",
                   caption="optical keeps: GPU-hours the optical swap loses less than the "
-                          "strategy, paired on the same draws")
+                          f"strategy, paired on the same draws; {pool}")
     for column in ("strategy", "ETTR", "GPU-hours lost", "optical keeps"):
         table.add_column(column, justify="left" if column == "strategy" else "right")
     for s in STRATEGIES:
@@ -245,11 +265,8 @@ def sources_table(run: Run, rows: list[dict[str, Any]], model: Model) -> Table:
                                     "initialisation, 35.1 / 24.5 / 40.4 %"))
     table.add_row("checkpoint interval", f"{inputs.checkpoint_min:g} min",
                   whence("checkpoint", "an assumption (no source)"))
-    if inputs.link_up_s == MIXNET_LINK_UP_S:
-        link = "MixNet (SIGCOMM 2025): OCS done → NIC active, mean (--link-up-s mixnet)"
-    else:
-        link = whence("link-up", "labd's default (the lab's link_up_ms)")
-    table.add_row("NIC link-up after the switch", f"{inputs.link_up_s:g} s", link)
+    table.add_row("NIC link-up after the switch, added to each measured recovery",
+                  f"{inputs.link_up_s:g} s", link_up_source(run.params, inputs))
     table.add_row("standby without a fabric (re-cabling, scheduler)",
                   f"{inputs.standby_s:.1f} s",
                   whence("standby", "the rest of TrainMover's 6.47 min per interruption"))
@@ -265,6 +282,43 @@ def sources_table(run: Run, rows: list[dict[str, Any]], model: Model) -> Table:
         table.add_row("OCS switching time", f"{inputs.ocs_ms:g} ms", "user-given (in place "
                       "of the measured)")
     return table
+
+
+def rig_link_up(lab: Lab) -> float | str:
+    """The NIC link-up a lab's emulated hosts play after the light arrives: ``"mixnet"``
+    where any host draws it from MixNet's measurement, else the longest fixed one, ms. The
+    replay's recoveries (failure → every new link up) include it, uncompressed."""
+    values = [h.link_up_ms for h in lab.host]
+    if "mixnet" in values:
+        return "mixnet"
+    return max((float(v) for v in values), default=0.0)
+
+
+def link_up_source(params: dict[str, Any], inputs: ModelInputs) -> str:
+    """Where the model's NIC link-up came from, and whether the measured recoveries hold
+    one already (so that it is counted once)."""
+    rig = params.get("rig_link_up")
+    if params.get("timelines"):
+        held = ("recorded recoveries: on real NICs their links up holds the NICs' link-up "
+                "already")
+    elif rig == "mixnet":
+        held = ("the lab's hosts play link_up_ms = \"mixnet\" (5.67 s mean), so each "
+                "measured recovery holds it already")
+    elif isinstance(rig, int | float) and rig > 0:
+        held = (f"the lab's hosts play link_up_ms up to {rig:g} ms, so each measured "
+                "recovery holds it already")
+    elif rig is not None:
+        held = "the lab's hosts play none (link_up_ms = 0)"
+    else:
+        held = "what the lab's hosts played was not kept with this run"
+    if inputs.link_up_s == MIXNET_LINK_UP_S and "link-up" in (params.get("given") or []):
+        added = "MixNet (SIGCOMM 2025): OCS done → NIC active, mean (--link-up-s mixnet)"
+    elif "link-up" in (params.get("given") or []):
+        added = "user-given"
+    else:
+        added = "none added (--link-up-s 0)"
+    swept = "; the NIC link-up sweep is left out" if rig_plays_link_up(params) else ""
+    return f"{added}; {held}{swept}"
 
 
 def availability_report(run: Run, rows: list[dict[str, Any]], model: Model) -> list[Table]:

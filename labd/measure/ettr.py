@@ -39,7 +39,13 @@ from typing import Any
 import numpy as np
 
 from labd.errors import ProfileError
-from labd.measure.failures import Profile, Trace, events_trace, sample_trace
+from labd.measure.failures import (
+    Profile,
+    Trace,
+    check_expected,
+    events_trace,
+    sample_trace,
+)
 
 STRATEGIES = ("optical", "no-spare", "standby")
 STRATEGY_LABELS = {"optical": "optical spare swap (labd)",
@@ -280,8 +286,11 @@ class Outcome:
     """GPU-hours the optical swap keeps over each other strategy (paired, same traces)."""
     failures: Estimate
     traces: int
-    no_spare_share: Estimate
-    """The share of swappable failures that found no spare free."""
+    no_spare_share: Estimate | None
+    """The share of swappable failures that found no spare free, over the draws that had
+    one (None: no draw had a failure with a recovery path)."""
+    no_spare_traces: int = 0
+    """The draws ``no_spare_share`` is over: those with a failure with a recovery path."""
 
 
 def simulate(profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,
@@ -294,7 +303,8 @@ def simulate(profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,
     lost = {s: np.zeros(traces) for s in STRATEGIES}
     per_class = {c.id: {s: np.zeros(traces) for s in STRATEGIES} for c in profile.classes}
     counts = np.zeros(traces)
-    unswapped = np.zeros(traces)
+    # A draw without a failure on a recovery path has no share of them: NaN, left out.
+    unswapped = np.full(traces, np.nan)
     pool = inputs.spare_hosts if spares is None else spares
     for t in range(traces):
         trace = fixed if fixed is not None else sample_trace(
@@ -316,7 +326,9 @@ def simulate(profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,
         by_class={c: {s: Estimate.of(v) for s, v in by.items()} for c, by in per_class.items()},
         kept_over={s: Estimate.of((lost[s] - lost["optical"]) * inputs.gpus)
                    for s in STRATEGIES if s != "optical"},
-        failures=Estimate.of(counts), traces=traces, no_spare_share=Estimate.of(unswapped))
+        failures=Estimate.of(counts), traces=traces,
+        no_spare_share=Estimate.of(had) if len(had := unswapped[~np.isnan(unswapped)])
+        else None, no_spare_traces=len(had))
 
 
 def replay_trace(profile: Profile, inputs: ModelInputs, seed: int) -> Trace:
@@ -334,8 +346,16 @@ SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
     "ocs": ("OCS switching time, ms", (10, 30, 100, 300, 1000, 3000, 10000)),
     "link-up": ("NIC link-up after the switch, s", (0, 0.5, 1, 2, MIXNET_LINK_UP_S, 10)),
     "spares": ("spare hosts in the pool", (0, 1, 2, 4, 8, 16, 32)),
-    "rate": ("failure rate, x the profile's", (0.25, 0.5, 1, 2, 4)),
+    "rate": ("failure rate, x the modelled job's", (0.25, 0.5, 1, 2, 4)),
 }
+
+
+def check_job(profile: Profile, inputs: ModelInputs) -> None:
+    """The modelled job's failures per trace within what the model can cost
+    (failures.MAX_EXPECTED_FAILURES), at the rate sweep's top value too."""
+    top = max(SWEEPS["rate"][1])
+    check_expected(profile, inputs.gpus, inputs.hours, inputs.rate_scale * top,
+                   why=f" at the rate sweep's {top:g}x of its rates")
 
 
 def sweep(name: str, profile: Profile, inputs: ModelInputs, recoveries: Recoveries, *,

@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,10 @@ PATHS = ("gpu", "host", "none")
 #: GPU failure signals the emulated hosts can raise (labd.agent.backends.SIGNALS), each one
 #: the agent calls failed.
 GPU_SIGNALS = ("xid79", "xid48", "xid46", "ecc", "remap-failed", "lost")
+#: The most failures one trace may be expected to hold: the model costs each failure of
+#: each draw in turn (and the rate sweep draws at 4x), so a profile or a job far past this
+#: would take hours or exhaust memory instead of answering. Llama 3's 54 days hold 466.
+MAX_EXPECTED_FAILURES = 100_000
 
 
 @dataclass(frozen=True)
@@ -152,16 +157,27 @@ def load_profile(spec: str) -> Profile:
     if spec in BUILT_IN:
         return BUILT_IN[spec]
     path = Path(spec)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:
+        raise ProfileError(f"profile {spec!r}: cannot look at it ({exc.strerror})") from None
+    if not found:
         raise ProfileError(f"profile {spec!r}: neither a built-in profile "
                            f"({', '.join(BUILT_IN)}) nor a file")
     if path.suffix.lower() == ".csv":
         return _from_csv(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_read(path))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: not TOML: {exc}") from None
     return profile_from_toml(data, str(path))
+
+
+def _read(path: Path, errors: str = "strict") -> str:
+    try:
+        return path.read_text(errors=errors)
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _number(data: dict[str, Any], key: str, where: str, *, required: bool = True,
@@ -171,11 +187,43 @@ def _number(data: dict[str, Any], key: str, where: str, *, required: bool = True
         if required:
             raise ProfileError(f"{where}: '{key}' is missing")
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-            value) or value < 0 or (positive and value == 0):
-        raise ProfileError(f"{where}: '{key}' = {value!r}: expected a "
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        number = math.nan
+    else:
+        try:
+            number = float(value)
+        except OverflowError:
+            # An integer past a float's range (TOML's integers have no bound here).
+            number = math.inf
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        shown = f"{str(value)[:12]}... ({len(str(value))} digits)" if isinstance(
+            value, int) and len(str(value)) > 20 else repr(value)
+        raise ProfileError(f"{where}: '{key}' = {shown}: expected a finite "
                            f"{'positive' if positive else 'non-negative'} number")
-    return float(value)
+    return number
+
+
+def _whole(value: float, key: str, where: str) -> int:
+    """A count of GPUs: a whole number, at least 1."""
+    if value != int(value) or value < 1:
+        raise ProfileError(f"{where}: '{key}' = {value:g}: expected a whole number, at "
+                           "least 1")
+    return int(value)
+
+
+def _check_counts(classes: list[FailureClass] | tuple[FailureClass, ...],
+                  where: str) -> None:
+    """A profile's own counts are one trace's expectation over its GPUs and hours: past
+    MAX_EXPECTED_FAILURES the model cannot cost them."""
+    for c in classes:
+        if c.count > MAX_EXPECTED_FAILURES:
+            raise ProfileError(f"{where}: class {c.id!r}: {c.count:g} failures over the "
+                               f"profile's GPUs and hours: more than the "
+                               f"{MAX_EXPECTED_FAILURES:,} a trace may hold")
+    total = sum(c.count for c in classes)
+    if total > MAX_EXPECTED_FAILURES:
+        raise ProfileError(f"{where}: {total:g} failures over the profile's GPUs and hours: "
+                           f"more than the {MAX_EXPECTED_FAILURES:,} a trace may hold")
 
 
 def _path_and_signal(entry: dict[str, Any], where: str) -> tuple[str, str]:
@@ -205,8 +253,7 @@ def profile_from_toml(data: dict[str, Any], where: str = "profile") -> Profile:
     gpus = _number(data, "gpus", where)
     hours = _number(data, "hours", where)
     assert gpus is not None and hours is not None
-    if gpus != int(gpus):
-        raise ProfileError(f"{where}: 'gpus' = {gpus:g}: expected a whole number")
+    whole_gpus = _whole(gpus, "gpus", where)
     entries = data.get("class")
     if not isinstance(entries, list) or not entries:
         raise ProfileError(f"{where}: no [[class]] tables")
@@ -236,18 +283,17 @@ def profile_from_toml(data: dict[str, Any], where: str = "profile") -> Profile:
             bool(entry.get("planned", False)),
             str(entry["quoted"]) if "quoted" in entry else None))
     per_host = _number(data, "gpus_per_host", where, required=False) or 8
-    if per_host != int(per_host):
-        raise ProfileError(f"{where}: 'gpus_per_host' = {per_host:g}: expected a whole number")
+    _check_counts(classes, where)
     return Profile(str(data.get("name", Path(where).stem)), str(data.get("source", where)),
-                   int(gpus), hours, tuple(classes), str(data.get("note", "")),
-                   per_host=int(per_host))
+                   whole_gpus, hours, tuple(classes), str(data.get("note", "")),
+                   per_host=_whole(per_host, "gpus_per_host", where))
 
 
 def _from_csv(path: Path) -> Profile:
     """A profile from a CSV of events: ``# gpus: N`` and ``# hours: H`` comment lines
     first, then a header and one row per failure with ``at`` (hours from the start, or an
     ISO 8601 time), ``class``, and ``path`` (gpu, host, none), optionally ``signal``."""
-    text = path.read_text(errors="replace").splitlines()
+    text = _read(path, errors="replace").splitlines()
     settings: dict[str, Any] = {}
     body = []
     for line in text:
@@ -264,11 +310,18 @@ def _from_csv(path: Path) -> Profile:
     gpus = _number(settings, "gpus", f"{where} (a '# gpus: N' line)")
     hours = _number(settings, "hours", f"{where} (a '# hours: H' line)")
     assert gpus is not None and hours is not None
-    rows = list(csv.DictReader(body))
+    whole_gpus = _whole(gpus, "gpus", f"{where} (a '# gpus: N' line)")
+    reader = csv.DictReader(body)
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        # A field past the csv module's limit (128 KiB), a NUL, a quote left open.
+        raise ProfileError(f"{where}: row {reader.line_num}: not CSV ({exc})") from None
     if not rows or not {"at", "class", "path"} <= set(rows[0]):
         raise ProfileError(f"{where}: expected a header with at, class and path, and a row "
                            "per failure")
     start: datetime | None = None
+    start_row = 0
     events: list[tuple[float, str]] = []
     kinds: dict[str, tuple[str, str]] = {}
     for n, row in enumerate(rows, start=2):
@@ -282,7 +335,14 @@ def _from_csv(path: Path) -> Profile:
             except ValueError:
                 raise ProfileError(f"{here}: at = {at!r}: expected hours from the start or "
                                    "an ISO 8601 time") from None
-            start = start or stamp
+            if start is not None and (start.tzinfo is None) != (stamp.tzinfo is None):
+                raise ProfileError(
+                    f"{here}: at = {at!r}: {'no' if stamp.tzinfo is None else 'a'} UTC "
+                    f"offset, where the first time (row {start_row}) has "
+                    f"{'one' if stamp.tzinfo is None else 'none'}: give every row's offset "
+                    "or none") from None
+            if start is None:
+                start, start_row = stamp, n
             hour = (stamp - start).total_seconds() / 3600
         if not math.isfinite(hour) or not 0 <= hour <= hours:
             raise ProfileError(f"{here}: at = {at!r}: outside the profile's 0 to {hours:g} "
@@ -301,7 +361,8 @@ def _from_csv(path: Path) -> Profile:
     for _, class_id in events:
         counts[class_id] = counts.get(class_id, 0) + 1
     classes = tuple(FailureClass(c, c, n, *kinds[c]) for c, n in counts.items())
-    return Profile(path.stem, where, int(gpus), hours, classes, events=tuple(events))
+    _check_counts(classes, where)
+    return Profile(path.stem, where, whole_gpus, hours, classes, events=tuple(events))
 
 
 @dataclass(frozen=True)
@@ -319,10 +380,24 @@ class Trace:
         return np.bincount(self.classes, minlength=n_classes)
 
 
+def check_expected(profile: Profile, gpus: int, hours: float, scale: float = 1.0, *,
+                   why: str = "") -> float:
+    """The failures one trace of the modelled job is expected to hold; past
+    MAX_EXPECTED_FAILURES, a ProfileError saying so (``why`` says what scaled it)."""
+    expected = sum(profile.expected(gpus, hours, scale).values())
+    if not expected <= MAX_EXPECTED_FAILURES:  # also NaN and inf
+        raise ProfileError(
+            f"profile {profile.name} on {gpus:,} GPUs over {hours:g} h{why} expects "
+            f"{expected:.3g} failures per trace: more than the {MAX_EXPECTED_FAILURES:,} the "
+            "model can cost; model a smaller or shorter job (--gpus, --hours, --rate-scale)")
+    return expected
+
+
 def sample_trace(profile: Profile, gpus: int, hours: float, rng: np.random.Generator,
                  scale: float = 1.0) -> Trace:
     """One draw of the failure process: each class a Poisson process at its rate on
     ``gpus`` GPUs (``scale`` times it), over ``hours``."""
+    check_expected(profile, gpus, hours, scale)
     means = np.array(list(profile.expected(gpus, hours, scale).values()))
     counts = rng.poisson(means)
     classes = np.repeat(np.arange(len(profile.classes)), counts)
@@ -338,21 +413,43 @@ def events_trace(profile: Profile) -> Trace:
                  np.array([profile.index(c) for _, c in profile.events], dtype=int))
 
 
+#: Standard deviations either side of the mean that the exact interval sums over: the
+#: probability beyond is below 1e-30, far under any tail the interval is asked for.
+_POISSON_WINDOW_SD = 12
+#: Above this mean the count is normal to well under one count at the 95 % quantiles
+#: (its skew is 1/sqrt(mean)), and summing the exact probabilities would take seconds.
+_POISSON_NORMAL_ABOVE = 1e7
+
+
 def poisson_interval(mean: float, level: float = 0.95) -> tuple[int, int]:
     """The central interval of a Poisson count with this mean: the smallest k_low and
-    largest k_high with at most (1 - level) / 2 of the probability outside on each side."""
+    largest k_high with at most (1 - level) / 2 of the probability outside on each side.
+
+    Exact (the probabilities summed) over the counts within 12 standard deviations of the
+    mean, which hold all but 1e-30 of it; above a mean of 1e7, the normal approximation
+    with the Cornish-Fisher skew term."""
     tail = (1 - level) / 2
-    if mean <= 0:
+    if not mean > 0:
         return 0, 0
-    low, high, cumulative, k = None, None, 0.0, 0
-    while high is None:
-        cumulative += math.exp(k * math.log(mean) - mean - math.lgamma(k + 1))
-        if low is None and cumulative > tail:
-            low = k
-        if cumulative >= 1 - tail:
-            high = k
-        k += 1
-    assert low is not None
+    if not math.isfinite(mean):
+        raise ProfileError(f"poisson_interval: mean {mean}: expected a finite number")
+    sd = math.sqrt(mean)
+    if mean > _POISSON_NORMAL_ABOVE:
+        z = float(NormalDist().inv_cdf(1 - tail))
+
+        def quantile(zz: float) -> int:
+            return round(mean + zz * sd + (zz * zz - 1) / 6)
+
+        return quantile(-z), quantile(z)
+    first = max(0, math.floor(mean - _POISSON_WINDOW_SD * sd - 10))
+    last = math.ceil(mean + _POISSON_WINDOW_SD * sd + 10)
+    k = np.arange(first, last + 1, dtype=float)
+    log_mean = math.log(mean)
+    pmf = np.exp(k * log_mean - mean - np.array([math.lgamma(x + 1) for x in k]))
+    cumulative = np.cumsum(pmf)
+    low = first + int(np.argmax(cumulative > tail))
+    at_least = np.flatnonzero(cumulative >= 1 - tail)
+    high = first + int(at_least[0]) if len(at_least) else last
     return low, high
 
 

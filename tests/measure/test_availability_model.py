@@ -1,6 +1,7 @@
 """The availability model: failure profiles, their traces, and what each strategy loses."""
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,12 @@ from labd.measure.ettr import (
 from labd.measure.failures import (
     BUILT_IN,
     LLAMA3_405B,
+    MAX_EXPECTED_FAILURES,
     TPUV4,
     FailureClass,
     Profile,
     Trace,
+    check_expected,
     load_profile,
     poisson_interval,
     profile_from_toml,
@@ -212,6 +215,8 @@ def test_a_bad_profile_is_one_message_naming_the_field(tmp_path: Path, text: str
 
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
+                    # Past a float's range, and past the failures a trace may hold.
+                    st.integers(10**300, 10**420), st.sampled_from([0.5, 1e12, 1e308]),
                     st.floats(allow_nan=True), st.text(max_size=8),
                     st.lists(st.integers(), max_size=2))
 
@@ -220,7 +225,8 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
 @given(top=st.dictionaries(st.sampled_from(["name", "gpus", "hours", "source", "extra"]),
                            _VALUES),
        classes=st.lists(st.dictionaries(
-           st.sampled_from(["id", "count", "rate_per_gpu_hour", "path", "signal", "planned"]),
+           st.sampled_from(["id", "count", "rate_per_gpu_hour", "path", "signal", "planned",
+                            "gpus_per_host"]),
            _VALUES), max_size=3))
 def test_any_toml_profile_parses_or_is_refused_with_a_profile_error(
         top: dict[str, object], classes: list[dict[str, object]]) -> None:
@@ -230,6 +236,7 @@ def test_any_toml_profile_parses_or_is_refused_with_a_profile_error(
         return
     assert profile.gpus >= 1 and profile.hours > 0 and profile.classes
     assert all(c.path in ("gpu", "host", "none") and c.count >= 0 for c in profile.classes)
+    assert profile.total() <= MAX_EXPECTED_FAILURES and profile.per_host >= 1
 
 
 def test_model_inputs_out_of_range_are_refused_together() -> None:
@@ -240,13 +247,16 @@ def test_model_inputs_out_of_range_are_refused_together() -> None:
 
 
 _CELLS = st.one_of(st.sampled_from(["gpu", "host", "none", "xid79", "ecc", "", "1.5", "-2",
-                                    "nan", "2026-01-01T00:00:00", "2026-13-01"]),
+                                    "nan", "2026-01-01T00:00:00", "2026-13-01",
+                                    "2026-01-01T01:00:00+00:00", "2026-01-01T02:00:00Z",
+                                    "\"" + "x" * (130 * 1024) + "\""]),
                    st.text(alphabet="abc,\"0123456789.:-T ", max_size=12))
 
 
 @settings(max_examples=200, deadline=None)
 @given(header=st.sampled_from(["# gpus: 64\n# hours: 10\n", "# gpus: 64\n", "# gpus: x\n",
-                               ""]),
+                               "", "# gpus: 0.5\n# hours: 10\n", "# gpus: 1e400\n# hours: 1\n",
+                               "# gpus: 64\n# hours: 1e400\n"]),
        columns=st.sampled_from(["at,class,path,signal", "at,class,path", "at,class", "when"]),
        rows=st.lists(st.lists(_CELLS, min_size=1, max_size=4), max_size=4))
 def test_any_csv_profile_parses_or_is_refused_with_a_profile_error(
@@ -261,3 +271,141 @@ def test_any_csv_profile_parses_or_is_refused_with_a_profile_error(
     assert profile.events is not None and len(profile.events) == profile.total()
     assert all(0 <= h <= profile.hours for h, _ in profile.events)
     assert all(c.path in ("gpu", "host", "none") for c in profile.classes)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+#: Each profile a reviewer found crashing the parser with a traceback, and the words of
+#: the one message it gets instead.
+HOSTILE = {
+    "half-a-gpu.csv": ("# gpus: 0.5\n# hours: 10\nat,class,path\n1,gpu,gpu\n",
+                       r"'gpus' = 0.5: expected a whole number, at least 1"),
+    "mixed-offsets.csv": ("# gpus: 8\n# hours: 100\nat,class,path\n"
+                          "2026-01-01T00:00:00,gpu,gpu\n2026-01-01T05:00:00+00:00,gpu,gpu\n",
+                          r"row 3: at = '2026-01-01T05:00:00\+00:00': a UTC offset, where "
+                          r"the first time \(row 2\) has none"),
+    "offset-first.csv": ("# gpus: 8\n# hours: 100\nat,class,path\n"
+                         "2026-01-01T00:00:00Z,gpu,gpu\n2026-01-01T05:00:00,gpu,gpu\n",
+                         r"row 3: .*no UTC offset, where the first time \(row 2\) has one"),
+    "wide.csv": ("# gpus: 8\n# hours: 100\nat,class,path\n1,gpu," + "x" * (130 * 1024)
+                 + "\n", r"row \d+: not CSV \(field larger than field limit"),
+    "many.csv": ("# gpus: 8\n# hours: 100\nat,class,path\n"
+                 + "1,gpu,gpu\n" * (MAX_EXPECTED_FAILURES + 1), r"more than the 100,000"),
+    "huge-gpus.toml": ("gpus = " + "9" * 400 + "\nhours = 1\n[[class]]\nid = 'a'\ncount = 1\n",
+                       r"'gpus' = 999999999999\.\.\. \(400 digits\): expected a finite"),
+    "huge-count.toml": ("gpus = 8\nhours = 1\n[[class]]\nid = 'a'\ncount = 1e12\n",
+                        r"class 'a': 1e\+12 failures over the profile's GPUs and hours: more "
+                        r"than the 100,000 a trace may hold"),
+    "huge-rate.toml": ("gpus = 10_000_000_000\nhours = 1e10\n[[class]]\nid = 'a'\n"
+                       "rate_per_gpu_hour = 1e300\n", r"class 'a': inf failures"),
+    "half-a-host.toml": ("gpus = 8\nhours = 1\ngpus_per_host = 0.5\n[[class]]\nid = 'a'\n"
+                         "count = 1\n", r"'gpus_per_host' = 0.5: expected a whole number"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_a_hostile_profile_is_one_profile_error_naming_the_file(tmp_path: Path,
+                                                                name: str) -> None:
+    text, words = HOSTILE[name]
+    path = _write(tmp_path, name, text)
+    with pytest.raises(ProfileError, match=words) as raised:
+        load_profile(str(path))
+    assert str(raised.value).startswith(str(path)) and "\n" not in str(raised.value)
+
+
+def test_an_unreadable_profile_is_a_profile_error(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(self: Path, *args: object, **kwargs: object) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    # Refused by the file system (chmod does not stop the root the tests may run as).
+    monkeypatch.setattr(Path, "read_text", refused)
+    for name in ("locked.toml", "locked.csv"):
+        path = tmp_path / name
+        path.touch()
+        with pytest.raises(ProfileError, match=f"{name}: cannot read it \\(Permission denied"):
+            load_profile(str(path))
+
+
+def test_a_job_past_the_traces_cap_is_refused_before_drawing() -> None:
+    from labd.measure.ettr import check_job
+
+    # 56 x Llama 3's size: 26,000 failures a draw, 104,000 at the rate sweep's 4x.
+    big = ModelInputs(gpus=LLAMA3_405B.gpus * 56, hours=LLAMA3_405B.hours)
+    assert check_expected(LLAMA3_405B, big.gpus, big.hours) == pytest.approx(466 * 56)
+    with pytest.raises(ProfileError, match=r"at the rate sweep's 4x of its rates expects "
+                                           r"1\.04e\+05 failures per trace: more than the "
+                                           r"100,000"):
+        check_job(LLAMA3_405B, big)
+    with pytest.raises(ProfileError, match="failures per trace"):
+        sample_trace(LLAMA3_405B, 10**12, 1e6, np.random.default_rng(0))
+
+
+def _poisson_reference(mean: float, level: float) -> tuple[int, int]:
+    """The central interval summed from k = 0, as the definition reads."""
+    tail = (1 - level) / 2
+    low, cumulative, k = None, 0.0, 0
+    while True:
+        cumulative += math.exp(k * math.log(mean) - mean - math.lgamma(k + 1))
+        if low is None and cumulative > tail:
+            low = k
+        if cumulative >= 1 - tail:
+            assert low is not None
+            return low, k
+        k += 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(mean=st.floats(1e-6, 5e4), level=st.sampled_from([0.5, 0.9, 0.95, 0.99]))
+def test_the_poisson_interval_is_the_exact_one_from_its_window(mean: float,
+                                                               level: float) -> None:
+    assert poisson_interval(mean, level) == _poisson_reference(mean, level)
+
+
+def test_the_poisson_interval_of_a_large_mean_is_the_normal_one() -> None:
+    # A mean of 2e6 summed from k = 0 took 10 s; the window sums 34,000 terms.
+    low, high = poisson_interval(2e6)
+    spread = 1.959964 * math.sqrt(2e6)
+    assert abs(low - (2e6 - spread)) <= 1.5 and abs(high - (2e6 + spread)) <= 1.5
+    # Above 1e7 the normal approximation with its skew term; the two meet there.
+    for mean in (1e7, 1e7 + 1, 1e12):
+        low, high = poisson_interval(mean)
+        spread = 1.959964 * math.sqrt(mean)
+        assert abs(low - (mean - spread)) <= 1.5 and abs(high - (mean + spread)) <= 1.5
+    with pytest.raises(ProfileError, match="mean inf"):
+        poisson_interval(math.inf)
+    assert poisson_interval(math.nan) == (0, 0)
+
+
+def test_draws_without_a_swappable_failure_are_left_out_of_the_no_spare_share() -> None:
+    # One GPU failure expected in 20 draws: most draws have none to swap.
+    profile = Profile("rare", "a test", 8, 10, (
+        FailureClass("gpu", "GPU", 0.05, "gpu"), FailureClass("sw", "software", 5, "none")))
+    inputs = ModelInputs(gpus=8, hours=10, spares=0)
+    outcome = simulate(profile, inputs, STEADY, traces=200, seed=3)
+    # With no spare, every failure with a path finds none: 100 %, not diluted by the draws
+    # that had none (which counted 0 % before).
+    assert outcome.no_spare_share is not None
+    assert outcome.no_spare_share.mean == 1.0 and outcome.no_spare_share.low == 1.0
+    assert 0 < outcome.no_spare_traces < 50
+    with_spares = simulate(profile, replace(inputs, spares=4), STEADY, traces=200, seed=3)
+    assert with_spares.no_spare_share is not None and with_spares.no_spare_share.mean == 0.0
+    # No draw with a failure on a recovery path: no share at all, and the report says so.
+    none = Profile("none", "a test", 8, 10, (FailureClass("sw", "software", 5, "none"),))
+    outcome = simulate(none, inputs, STEADY, traces=20, seed=3)
+    assert outcome.no_spare_share is None and outcome.no_spare_traces == 0
+
+
+def test_the_rate_sweep_multiplies_the_modelled_rate_and_says_so() -> None:
+    from labd.measure.ettr import SWEEPS
+
+    assert SWEEPS["rate"][0] == "failure rate, x the modelled job's"
+    inputs = ModelInputs(gpus=LLAMA3_405B.gpus, hours=LLAMA3_405B.hours, rate_scale=2)
+    rate = sweep("rate", LLAMA3_405B, inputs, STEADY, traces=20, seed=1)
+    once = simulate(LLAMA3_405B, inputs, STEADY, traces=20, seed=1)
+    # The sweep's 1x is the modelled job's rate (the profile's x --rate-scale 2).
+    assert dict(rate)[1].failures.mean == once.failures.mean

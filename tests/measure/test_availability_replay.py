@@ -15,12 +15,13 @@ from rich.console import Console
 from labd import deadlines
 from labd.lab.loader import load_lab
 from labd.measure.availability import plan_replay, replay
-from labd.measure.availability_report import model_of
-from labd.measure.ettr import ModelInputs
+from labd.measure.availability_report import link_up_source, model_of, swept_names
+from labd.measure.ettr import MIXNET_LINK_UP_S, ModelInputs
 from labd.measure.failures import LLAMA3_405B, sample_trace
 from labd.measure.runs import RunStore
 from tests.commands.test_cli import LABD, run
 from tests.labs import ring_lab, write_lab
+from tests.measure.test_availability_model import HOSTILE
 from tests.measure.test_measure import rows_in
 
 
@@ -68,8 +69,20 @@ async def test_a_run_is_kept_shown_exported_and_compared(tmp_path: Path) -> None
         "--csv", str(tmp_path / "a1.csv"), "--plots", str(plots), timeout=within(240))
     assert code == 0, err
     said = squeezed(out)
-    assert "3 of 4" in said or "modelled failures driven on lab" in said
+    store = RunStore(runs)
+    try:
+        params = store.get("a1").params
+    finally:
+        store.close()
+    # The three driven of every failure the draw modelled, on the lab given.
+    modelled = sum(params["modelled"].values())
+    assert f"3 of {modelled} modelled failures driven on lab availcli" in said, said
     assert "Where the numbers come from" in said and "no real framework" in said
+    # The failover-style lab plays no link-up, and the model added none: the sources table
+    # says both (its cells wrap beside each other, so it is read from the run).
+    assert params["rig_link_up"] == 0.0
+    assert link_up_source(params, ModelInputs(gpus=8, hours=1)) == (
+        "none added (--link-up-s 0); the lab's hosts play none (link_up_ms = 0)")
     for table in ("optical spare swap (labd)", "checkpoint restart after repair",
                   "standby host, no fabric", "Sweep: ETTR against OCS switching time"):
         assert table in said
@@ -113,7 +126,21 @@ async def test_a_run_is_kept_shown_exported_and_compared(tmp_path: Path) -> None
 
 async def test_bad_input_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
     runs = tmp_path / "runs.sqlite"
-    for args, words in ((["--repair-h", "gpu-x=2"], "--repair-h: no class gpu-x"),
+    files = {name: str(tmp_path / name) for name in HOSTILE}
+    for name, (text, _) in HOSTILE.items():
+        (tmp_path / name).write_text(text)
+    # A lab whose emulated hosts play MixNet's link-up: its recoveries hold it already.
+    _, mixnet = write_lab(tmp_path, "mixnet", ring_lab().replace(
+        "heartbeat_s = 0.5", 'heartbeat_s = 0.5\nlink_up_ms = "mixnet"'))
+    # The profiles that crashed the command with a traceback, one of each kind.
+    crashed = ("half-a-gpu.csv", "mixed-offsets.csv", "wide.csv", "huge-gpus.toml",
+               "huge-count.toml")
+    for args, words in (*((["--profile", files[name]], name) for name in crashed),
+                        (["--gpus", str(LLAMA3_405B.gpus * 56)],
+                         "more than the 100,000 the model can cost"),
+                        (["--lab", str(mixnet), "--link-up-s", "mixnet"],
+                         'hosts play NIC link-up already (link_up_ms "mixnet")'),
+                        (["--repair-h", "gpu-x=2"], "--repair-h: no class gpu-x"),
                         (["--restart", "warmup"], "--restart 'warmup': expected NAME=NUMBER"),
                         (["--link-up-s", "soon"], "--link-up-s 'soon'"),
                         (["--profile", "llama4"], "neither a built-in profile"),
@@ -125,6 +152,7 @@ async def test_bad_input_is_one_line_and_keeps_nothing(tmp_path: Path) -> None:
         assert code == 2, (args, out, err)
         # One message (the terminal's width may wrap it).
         assert words in " ".join(err.split()) and err.count("error:") == 1, err
+        assert "Traceback" not in err, err
     assert not runs.exists() or RunStore(runs).all() == []
 
 
@@ -170,3 +198,22 @@ async def test_ctrl_c_keeps_the_failures_driven_and_resume_drives_the_rest(
     # Each planned failure once, in the trace's order: nothing twice, nothing missing.
     indexes = [r["index"] for r in rows]
     assert indexes == sorted(set(indexes))
+
+
+def test_the_link_up_is_counted_once_and_its_source_said() -> None:
+    inputs = ModelInputs(gpus=8, hours=1)
+    # A lab whose hosts play MixNet's link-up: the recoveries hold it, the model adds none,
+    # and the sweep that would add more on top is left out.
+    said = link_up_source({"rig_link_up": "mixnet", "given": []}, inputs)
+    assert said.startswith("none added (--link-up-s 0); the lab's hosts play link_up_ms = "
+                           '"mixnet"') and "sweep is left out" in said
+    assert "link-up" not in swept_names({"rig_link_up": "mixnet"})
+    assert "link-up" not in swept_names({"rig_link_up": 250.0})
+    # None played: the sweep stays, and --link-up-s mixnet is MixNet's.
+    mixnet = ModelInputs(gpus=8, hours=1, link_up_s=MIXNET_LINK_UP_S)
+    said = link_up_source({"rig_link_up": 0.0, "given": ["link-up"]}, mixnet)
+    assert said.startswith("MixNet (SIGCOMM 2025)") and "play none" in said
+    assert "link-up" in swept_names({"rig_link_up": 0.0})
+    # Recorded recoveries from a rack: real NICs' link-up is in them.
+    said = link_up_source({"timelines": "f.json", "rig_link_up": None, "given": []}, inputs)
+    assert "holds the NICs' link-up already" in said

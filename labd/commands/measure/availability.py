@@ -109,6 +109,7 @@ def measure_availability(
         MIXNET_LINK_UP_S,
         STANDBY_DEFAULT_S,
         ModelInputs,
+        check_job,
         replay_trace,
     )
     from labd.measure.failures import load_profile
@@ -138,7 +139,20 @@ def measure_availability(
 
     def plan_params() -> dict[str, Any]:
         from labd.measure.availability import plan_replay
-        from labd.measure.availability_report import inputs_params, profile_params
+        from labd.measure.availability_report import (
+            inputs_params,
+            profile_params,
+            rig_link_up,
+        )
+
+        # The link-up the lab's hosts play is in every recovery the replay measures: the
+        # model must not add one of its own on top.
+        played = rig_link_up(load(lab)) if recovered is None else None
+        if link_up_s and played not in (None, 0.0):
+            shown = '"mixnet"' if played == "mixnet" else f"up to {played:g} ms"
+            raise fail(f"--link-up-s {link_up}: lab {lab}'s hosts play NIC link-up already "
+                       f"(link_up_ms {shown}), so the measured recoveries hold it; leave "
+                       "--link-up-s out, or set the hosts' link_up_ms to 0")
 
         try:
             chosen = load_profile(profile)
@@ -151,6 +165,7 @@ def measure_availability(
                 standby_s=STANDBY_DEFAULT_S if standby_s is None else standby_s)
             inputs.check()
             inputs.repair_of(chosen)
+            check_job(chosen, inputs)
             use_seed = seed if seed is not None else random.randrange(1 << 30)
             trace = replay_trace(chosen, inputs, use_seed)
             plan = plan_replay(chosen, trace, inputs, drive=drive, minutes=minutes,
@@ -167,7 +182,7 @@ def measure_availability(
                 "compression": None if recovered is not None else plan.compression,
                 "modelled": plan.modelled, "timelines": str(timelines) if timelines else None,
                 "profile": profile_params(chosen), "model": inputs_params(inputs),
-                "emulated": recovered is None}
+                "emulated": recovered is None, "rig_link_up": played}
 
     wanted = plan_params() if resume is None else None
 
