@@ -391,15 +391,18 @@ def lag_p99_ms(before: str, after: str) -> float | None:
     return None
 
 
-async def wait_online(port: int, n: int, timeout: float) -> None:
+async def wait_online(port: int, n: int, timeout: float) -> int:
+    """Hosts online once all are, or ``timeout`` s have passed: a daemon that never gets
+    there is measured all the same, and the table says how many it had."""
     deadline = time.monotonic() + timeout
     while True:
-        online = series(await metrics(port), 'labd_hosts{status="online"}')
-        if sum(online.values()) >= n:
-            return
+        online = int(sum(series(await metrics(port), 'labd_hosts{status="online"}').values()))
+        if online >= n:
+            return online
         if time.monotonic() > deadline:
-            raise SystemExit(f"bench_hosts: only {sum(online.values()):.0f} of {n} hosts "
-                             f"online after {timeout:.0f} s")
+            print(f"bench_hosts: only {online} of {n} hosts online after {timeout:.0f} s; "
+                  "measuring all the same", file=sys.stderr)
+            return online
         await asyncio.sleep(0.5)
 
 
@@ -466,13 +469,18 @@ class Point:
     """From the first connect until the daemon counts every host online."""
     burst_lost: int
     """``host.lost`` events from the first connect to the window's start (target 0)."""
+    online: int
+    """Hosts the daemon counted online as the window began (all of them, or 120 s up)."""
+    sessions: float
+    """The bridge's broker sessions by the window's end (1: never remade)."""
 
     @property
     def kept_schedule(self) -> bool:
         """Whether the load generator kept its schedule: its heartbeats late by at most
-        :data:`BEHIND_MS` at p99, and within 2 % of those due."""
+        :data:`BEHIND_MS` at p99, and none of those due short by more than 2 % (more is
+        a generator catching up on what it owed before the window)."""
         return self.generator_behind_p99_ms <= BEHIND_MS and \
-            abs(self.beats - self.beats_due) <= 0.02 * self.beats_due
+            self.beats >= 0.98 * self.beats_due
 
     def figures(self) -> dict[str, float]:
         return {**{k: float(v) for k, v in self.__dict__.items() if v is not None},
@@ -568,7 +576,7 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
     fleet = Fleet(hosts)
     player = asyncio.create_task(fleet.play())
     try:
-        await wait_online(api_port, n, 120)
+        online = await wait_online(api_port, n, 120)
         online_s = time.monotonic() - started
         await asyncio.sleep(SETTLE_S)
         burst_lost = sum(e.get("kind") == "host.lost" for e in events)
@@ -606,6 +614,7 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
         await asyncio.sleep(max(0.0, wall_before + seconds - time.monotonic()))
         after, cpu_after, wall_after = await metrics(api_port), cpu_seconds(pid), \
             time.monotonic()
+        beats = fleet.beats  # the window's (the fleet goes on until the client is done)
         out, _ = await getter.communicate()
         got = json.loads(out)
     finally:
@@ -640,12 +649,13 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
         death_p99_intervals=percentile(delays, 99) if delays else None,
         failures=len(failed), failures_reported=len(failure_ms),
         failure_p99_ms=percentile(failure_ms, 99) if failure_ms else None,
-        unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=fleet.beats,
+        unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=beats,
         generator_behind_p99_ms=percentile(fleet.behind_ms or [0.0], 99),
         beats_due=int(sum(seconds if h.id not in killed else 0.5 * seconds for h in hosts)
                       / INTERVAL_S),
         warnings=sum(e.get("kind") == "warning" for e in events), burst=burst,
-        connected_s=connected_s, online_s=online_s, burst_lost=burst_lost)
+        connected_s=connected_s, online_s=online_s, burst_lost=burst_lost, online=online,
+        sessions=sum(series(after, "labd_mqtt_sessions_total").values()))
 
 
 def show(points: list[Point], seconds: float) -> None:
@@ -678,7 +688,9 @@ def show(points: list[Point], seconds: float) -> None:
               f"{p.get_bytes / 1024:,.0f} KiB, {p.warnings} warning events")
         print(f"   {p.hosts:,} hosts {'connecting all at once' if p.burst else 'ramped over'}"
               f"{'' if p.burst else f' {RAMP_S:g} s'}: connected in {p.connected_s:.1f} s, "
-              f"all online in {p.online_s:.1f} s, {p.burst_lost} host.lost before the window")
+              f"{'all' if p.online == p.hosts else f'only {p.online:,}'} online in "
+              f"{p.online_s:.1f} s, {p.burst_lost} host.lost before the window; "
+              f"{p.sessions:.0f} broker session(s) by its end")
 
 
 def emulated_lab_text(n: int) -> str:
