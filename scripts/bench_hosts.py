@@ -36,7 +36,17 @@ to stop on SIGTERM.
 
 Usage: python scripts/bench_hosts.py [--hosts 1024,2048,4096] [--seconds 60]
                                     [--deaths 8] [--failures 8] [--py-spy FILE] [--json FILE]
-                                    [--emulate]
+                                    [--burst] [--broker-restart] [--emulate | --feeds]
+
+``--burst`` connects every host at once (as after a broker restart) instead of over 5 s,
+and says how long until the daemon counts them all online, and whether any was declared
+lost meanwhile. ``--broker-restart`` stops the broker (SIGTERM) mid-window and starts it
+again on its port; every living host reconnects at once, and the run says how long until
+the daemon is sure of them all again (its unsure episode over, every host online). Each
+size says whether the load generator kept its schedule (its heartbeats late by at most
+10 ms at p99): figures from a run where it did not are the generator's, not the daemon's.
+``--feeds`` measures the host feed alone (labd.hosts.feed against aiomqtt with a batched
+reader: each reader's CPU per message at N messages a second), with no daemon.
 
 ``--py-spy FILE`` records the daemon with py-spy (raw, 200 Hz), one file per size
 (``FILE.N``). Figures from a shared machine are provisional: the daemon has core 0 to itself
@@ -265,7 +275,8 @@ class Fleet:
             sent = 0
             while due <= now and sent < 256:
                 host = self.hosts[i % count]
-                if host.wire is not None and not host.wire.closed:
+                # A host beats from its first report on (it connects meanwhile).
+                if host.wire is not None and not host.wire.closed and host.heartbeat[0]:
                     if not host.silent:
                         host.beat()
                         self.beats += 1
@@ -332,7 +343,7 @@ def other_cores() -> str:
 
 
 @contextlib.asynccontextmanager
-async def broker(folder: Path) -> AsyncIterator[int]:
+async def broker(folder: Path) -> AsyncIterator[Mosquitto]:
     """A private Mosquitto on a free port (labd.mqtt.private): the lab's broker (1883) is not
     disturbed."""
     mosquitto = Mosquitto(folder, wrapper=pinned(other_cores()),
@@ -342,7 +353,7 @@ async def broker(folder: Path) -> AsyncIterator[int]:
     except MosquittoError as exc:
         raise SystemExit(f"bench_hosts: {exc}") from None
     try:
-        yield mosquitto.port
+        yield mosquitto
     finally:
         await mosquitto.stop()
 
@@ -389,6 +400,22 @@ def lag_p99_ms(before: str, after: str) -> float | None:
         if count >= 0.99 * total:
             return bound * 1e3
     return None
+
+
+async def _sure_again(port: int, n: int, since: float, timeout: float = 60) -> float:
+    """Seconds from ``since`` until the daemon's unsure episode (``labd_hosts_unsure``) has
+    begun and ended with ``n`` hosts online: it hears every living host again; ``inf`` if
+    not within ``timeout``."""
+    began = False
+    while time.monotonic() - since < timeout:
+        text = await metrics(port)
+        unsure = sum(series(text, "labd_hosts_unsure").values())
+        online = sum(series(text, 'labd_hosts{status="online"}').values())
+        began = began or unsure > 0
+        if began and not unsure and online >= n:
+            return time.monotonic() - since
+        await asyncio.sleep(0.1)
+    return float("inf")
 
 
 async def wait_online(port: int, n: int, timeout: float) -> int:
@@ -473,6 +500,9 @@ class Point:
     """Hosts the daemon counted online as the window began (all of them, or 120 s up)."""
     sessions: float
     """The bridge's broker sessions by the window's end (1: never remade)."""
+    restart_online_s: float | None = None
+    """With a broker restart: from its stop until the daemon's unsure episode has ended
+    with every living host online (inf: not within 60 s; None: no restart)."""
 
     @property
     def kept_schedule(self) -> bool:
@@ -488,7 +518,7 @@ class Point:
 
 
 async def point(n: int, seconds: float, deaths: int, failures: int,
-                profile: Path | None, burst: bool = False) -> Point:
+                profile: Path | None, burst: bool = False, restart: bool = False) -> Point:
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as scratch:
         folder = Path(scratch)
         lab = folder / "lab.toml"
@@ -496,7 +526,8 @@ async def point(n: int, seconds: float, deaths: int, failures: int,
         keys = {h: new_key() for h in host_ids(n)}
         creds = folder / "daemon.toml"
         Credentials(hosts=keys).write(creds)
-        async with broker(folder) as mqtt_port:
+        async with broker(folder) as mosquitto:
+            mqtt_port = mosquitto.port
             url = f"mqtt://127.0.0.1:{mqtt_port}"
             api_port = free_port()
             command = [sys.executable, "-m", "labd", "run", str(lab), "--db",
@@ -513,8 +544,9 @@ async def point(n: int, seconds: float, deaths: int, failures: int,
             try:
                 await wait_port(api_port, "the daemon", 120)
                 pid = daemon_pid(daemon.pid)
-                return await measure(n, seconds, deaths, failures, mqtt_port, api_port, pid,
-                                     BusSettings(url, INSTANCE).with_keys(hosts=keys), burst)
+                return await measure(n, seconds, deaths, failures, mosquitto, api_port, pid,
+                                     BusSettings(url, INSTANCE).with_keys(hosts=keys), burst,
+                                     restart)
             finally:
                 daemon.send_signal(2)
                 try:
@@ -540,27 +572,37 @@ def daemon_pid(pid: int) -> int:
     return pid
 
 
-async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port: int,
-                  api_port: int, pid: int, bus: BusSettings, burst: bool) -> Point:
+async def measure(n: int, seconds: float, deaths: int, failures: int, mosquitto: Mosquitto,
+                  api_port: int, pid: int, bus: BusSettings, burst: bool,
+                  restart: bool) -> Point:
+    mqtt_port = mosquitto.port
     hosts = make_fleet(n, bus.credentials.hosts, bus)
     root = lab_root(LAB, INSTANCE)
     events: list[dict[str, Any]] = []
     listening = asyncio.Event()
 
     async def listen() -> None:
-        async with aiomqtt.Client("127.0.0.1", mqtt_port, ) \
-                as client:
-            for kind in ("host.lost", "host.status", "hosts.unsure", "gpu.health", "warning"):
-                await client.subscribe(f"{root}/events/{kind}")
-            listening.set()
-            async for message in client.messages:
-                body = message.payload
-                if isinstance(body, bytes):
-                    events.append(json.loads(body))
+        while True:  # back on the broker after a restart (what it said meanwhile is lost)
+            try:
+                async with aiomqtt.Client("127.0.0.1", mqtt_port) as client:
+                    for kind in ("host.lost", "host.status", "hosts.unsure", "gpu.health",
+                                 "warning"):
+                        await client.subscribe(f"{root}/events/{kind}")
+                    listening.set()
+                    async for message in client.messages:
+                        body = message.payload
+                        if isinstance(body, bytes):
+                            events.append(json.loads(body))
+            except aiomqtt.MqttError:
+                await asyncio.sleep(0.2)
 
     listener = asyncio.create_task(listen())
     await listening.wait()
     started = time.monotonic()
+    # Each host's heartbeats start with its first report, as the agent's do: a ramp of
+    # hosts that said nothing until the last had connected would be found lost by then.
+    fleet = Fleet(hosts)
+    player = asyncio.create_task(fleet.play())
     if burst:
         # Every host at once, as after a broker restart: the daemon rides it through.
         await asyncio.gather(*(host.connect(mqtt_port) for host in hosts))
@@ -573,8 +615,6 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
             if ahead > 0:
                 await asyncio.sleep(ahead)
     connected_s = time.monotonic() - started
-    fleet = Fleet(hosts)
-    player = asyncio.create_task(fleet.play())
     try:
         online = await wait_online(api_port, n, 120)
         online_s = time.monotonic() - started
@@ -598,11 +638,23 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
                for k, h in enumerate(failing)], key=lambda x: x[0])
         killed: dict[str, int] = {}
         failed: dict[str, int] = {}
+        if restart:
+            plan = sorted([*plan, (seconds * 0.5, "restart", hosts[0])], key=lambda x: x[0])
+        back: asyncio.Task[float] | None = None
         for at, what, host in plan:
             wait = wall_before + at - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            if what == "fail":
+            if what == "restart":
+                # The broker stops (SIGTERM: it says goodbye) and starts again on its port;
+                # every living host reconnects at once, as agents do.
+                restarted = time.monotonic()
+                await mosquitto.stop()
+                await mosquitto.start()
+                alive = [h for h in hosts if h.id not in killed]
+                await asyncio.gather(*(h.connect(mqtt_port) for h in alive))
+                back = asyncio.create_task(_sure_again(api_port, len(alive), restarted))
+            elif what == "fail":
                 host.backend.fail(3, "ecc")
                 failed[host.id] = await host.report()
             elif len(killed) % 2:
@@ -614,6 +666,7 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
         await asyncio.sleep(max(0.0, wall_before + seconds - time.monotonic()))
         after, cpu_after, wall_after = await metrics(api_port), cpu_seconds(pid), \
             time.monotonic()
+        restart_online_s = await back if back is not None else None
         beats = fleet.beats  # the window's (the fleet goes on until the client is done)
         out, _ = await getter.communicate()
         got = json.loads(out)
@@ -655,6 +708,7 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
                       / INTERVAL_S),
         warnings=sum(e.get("kind") == "warning" for e in events), burst=burst,
         connected_s=connected_s, online_s=online_s, burst_lost=burst_lost, online=online,
+        restart_online_s=restart_online_s,
         sessions=sum(series(after, "labd_mqtt_sessions_total").values()))
 
 
@@ -691,6 +745,10 @@ def show(points: list[Point], seconds: float) -> None:
               f"{'all' if p.online == p.hosts else f'only {p.online:,}'} online in "
               f"{p.online_s:.1f} s, {p.burst_lost} host.lost before the window; "
               f"{p.sessions:.0f} broker session(s) by its end")
+        if p.restart_online_s is not None:
+            print(f"   {p.hosts:,} hosts, the broker restarted mid-window: sure of every "
+                  f"living host again {p.restart_online_s:.1f} s after its stop (deaths "
+                  "within the unsure episode are judged from its end, so later)")
 
 
 def emulated_lab_text(n: int) -> str:
@@ -728,7 +786,8 @@ async def emulate_point(n: int, seconds: float) -> EmulatePoint:
         folder = Path(scratch)
         lab = folder / "lab.toml"
         lab.write_text(emulated_lab_text(n), encoding="utf-8")
-        async with broker(folder) as port:
+        async with broker(folder) as mosquitto:
+            port = mosquitto.port
             process = await asyncio.create_subprocess_exec(
                 *pinned("0"), sys.executable, "-m", "labd", "emulate", str(lab), "--mqtt",
                 f"mqtt://127.0.0.1:{port}", cwd=ROOT, stdout=asyncio.subprocess.PIPE,
@@ -912,7 +971,8 @@ async def main_feeds(sizes: list[int], seconds: float) -> dict[str, float]:
           "the two readers in turn (twice):")
     print(f"{'hosts':>6}{'reader':>10}{'msgs/s':>10}{'µs/msg':>9}{'CPU':>7}{'per batch':>11}")
     with tempfile.TemporaryDirectory(prefix="bench-feeds-") as scratch:
-        async with broker(Path(scratch)) as port:
+        async with broker(Path(scratch)) as mosquitto:
+            port = mosquitto.port
             for n in sizes:
                 for kind in ("feed", "aiomqtt", "feed", "aiomqtt"):
                     got = await feed_point(kind, n, seconds, port)
@@ -929,13 +989,14 @@ async def main_feeds(sizes: list[int], seconds: float) -> dict[str, float]:
 
 
 async def main(sizes: list[int], seconds: float, deaths: int, failures: int,
-               profile: Path | None, burst: bool = False) -> dict[str, float]:
+               profile: Path | None, burst: bool = False, restart: bool = False
+               ) -> dict[str, float]:
     if len(os.sched_getaffinity(0)) > 1:
         # The fleet keeps off the daemon's core.
         os.sched_setaffinity(0, {int(c) for c in other_cores().split(",")})
     points = []
     for n in sizes:
-        points.append(await point(n, seconds, deaths, failures, profile, burst))
+        points.append(await point(n, seconds, deaths, failures, profile, burst, restart))
     show(points, seconds)
     figures: dict[str, float] = {"seconds": seconds, "interval_s": INTERVAL_S}
     for p in points:
@@ -960,6 +1021,9 @@ if __name__ == "__main__":
     parser.add_argument("--burst", action="store_true",
                         help="connect every host at once (as after a broker restart) "
                              f"instead of over {RAMP_S:g} s")
+    parser.add_argument("--broker-restart", action="store_true",
+                        help="restart the broker mid-window; every living host reconnects "
+                             "at once")
     parser.add_argument("--feeds", action="store_true",
                         help="measure the host feed alone: labd.hosts.feed against aiomqtt "
                              "with a batched reader (no daemon)")
@@ -979,6 +1043,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main_feeds(sizes, args.seconds) if args.feeds else
                           main_emulate(sizes, args.seconds) if args.emulate else
                           main(sizes, args.seconds, args.deaths, args.failures, args.profile,
-                               args.burst))
+                               args.burst, args.broker_restart))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
