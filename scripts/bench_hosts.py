@@ -68,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,17 +402,18 @@ def lag_p99_ms(before: str, after: str) -> float | None:
     return None
 
 
-async def _sure_again(port: int, n: int, since: float, timeout: float = 60) -> float:
+async def _sure_again(port: int, living: Callable[[], int], since: float,
+                      timeout: float = 60) -> float:
     """Seconds from ``since`` until the daemon's unsure episode (``labd_hosts_unsure``) has
-    begun and ended with ``n`` hosts online: it hears every living host again; ``inf`` if
-    not within ``timeout``."""
+    begun and ended with every living host online (``living()`` of them: some may die
+    meanwhile); ``inf`` if not within ``timeout``."""
     began = False
     while time.monotonic() - since < timeout:
         text = await metrics(port)
         unsure = sum(series(text, "labd_hosts_unsure").values())
         online = sum(series(text, 'labd_hosts{status="online"}').values())
         began = began or unsure > 0
-        if began and not unsure and online >= n:
+        if began and not unsure and online >= living():
             return time.monotonic() - since
         await asyncio.sleep(0.1)
     return float("inf")
@@ -500,6 +501,8 @@ class Point:
     """Hosts the daemon counted online as the window began (all of them, or 120 s up)."""
     sessions: float
     """The bridge's broker sessions by the window's end (1: never remade)."""
+    window_s: float = 0.0
+    """The window as it ran: ``--seconds``, or longer where a restart held up the plan."""
     restart_online_s: float | None = None
     """With a broker restart: from its stop until the daemon's unsure episode has ended
     with every living host online (inf: not within 60 s; None: no restart)."""
@@ -653,7 +656,8 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mosquitto:
                 await mosquitto.start()
                 alive = [h for h in hosts if h.id not in killed]
                 await asyncio.gather(*(h.connect(mqtt_port) for h in alive))
-                back = asyncio.create_task(_sure_again(api_port, len(alive), restarted))
+                back = asyncio.create_task(_sure_again(
+                    api_port, lambda: len(hosts) - len(killed), restarted))
             elif what == "fail":
                 host.backend.fail(3, "ecc")
                 failed[host.id] = await host.report()
@@ -704,11 +708,12 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mosquitto:
         failure_p99_ms=percentile(failure_ms, 99) if failure_ms else None,
         unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=beats,
         generator_behind_p99_ms=percentile(fleet.behind_ms or [0.0], 99),
-        beats_due=int(sum(seconds if h.id not in killed else 0.5 * seconds for h in hosts)
-                      / INTERVAL_S),
+        # Over the window as it ran (a broker restart can stretch it past ``seconds``).
+        beats_due=int(sum(1.0 if h.id not in killed else 0.5 for h in hosts)
+                      * (wall_after - wall_before) / INTERVAL_S),
         warnings=sum(e.get("kind") == "warning" for e in events), burst=burst,
         connected_s=connected_s, online_s=online_s, burst_lost=burst_lost, online=online,
-        restart_online_s=restart_online_s,
+        restart_online_s=restart_online_s, window_s=wall_after - wall_before,
         sessions=sum(series(after, "labd_mqtt_sessions_total").values()))
 
 
@@ -736,7 +741,8 @@ def show(points: list[Point], seconds: float) -> None:
           "the last heartbeat / deaths, and the p99 in intervals; failures: gpu.health "
           "failed reported / injected, p99 ms; unsure: hosts.unsure events")
     for p in points:
-        print(f"   {p.hosts:,} hosts: {p.beats:,} heartbeats in the window, generator behind "
+        print(f"   {p.hosts:,} hosts: {p.beats:,} heartbeats in the window ({p.window_s:.0f} s), "
+              "generator behind "
               f"p99 {p.generator_behind_p99_ms:.1f} ms ({p.beats_due:,} due; kept its "
               f"schedule: {'yes' if p.kept_schedule else 'NO'}), /v1/hosts "
               f"{p.get_bytes / 1024:,.0f} KiB, {p.warnings} warning events")
