@@ -22,7 +22,8 @@ paged form) four times a second. It prints per N:
   window; the bucket the 99th percentile falls in);
 - ``GET /v1/hosts`` p50/p99 and the paged form's, ms;
 - false losses: ``host.lost`` for hosts that never stopped (target: 0 at 4,096);
-- real deaths found, and the p99 of death → ``host.lost`` in intervals (target: ≤ 1.5);
+- real deaths found, and the p99 of the last heartbeat → ``host.lost`` in intervals
+  (target: ≤ 1.5 and 10 ms);
 - failures reported: GPU failures → ``gpu.health`` failed, and its p99 in ms;
 - ``hosts.unsure`` events (the daemon saying it was too far behind to judge).
 
@@ -35,7 +36,17 @@ to stop on SIGTERM.
 
 Usage: python scripts/bench_hosts.py [--hosts 1024,2048,4096] [--seconds 60]
                                     [--deaths 8] [--failures 8] [--py-spy FILE] [--json FILE]
-                                    [--emulate]
+                                    [--burst] [--broker-restart] [--emulate | --feeds]
+
+``--burst`` connects every host at once (as after a broker restart) instead of over 5 s,
+and says how long until the daemon counts them all online, and whether any was declared
+lost meanwhile. ``--broker-restart`` stops the broker (SIGTERM) mid-window and starts it
+again on its port; every living host reconnects at once, and the run says how long until
+the daemon is sure of them all again (its unsure episode over, every host online). Each
+size says whether the load generator kept its schedule (its heartbeats late by at most
+10 ms at p99): figures from a run where it did not are the generator's, not the daemon's.
+``--feeds`` measures the host feed alone (labd.hosts.feed against aiomqtt with a batched
+reader: each reader's CPU per message at N messages a second), with no daemon.
 
 ``--py-spy FILE`` records the daemon with py-spy (raw, 200 Hz), one file per size
 (``FILE.N``). Figures from a shared machine are provisional: the daemon has core 0 to itself
@@ -57,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +99,11 @@ RAMP_S = 5.0
 SETTLE_S = 5.0
 #: How often the client process asks for the hosts.
 GET_EVERY_S = 0.25
+#: A death found in time: within 1.5 intervals of the last heartbeat, and 10 ms for the
+#: message's way through the broker and the loop.
+IN_TIME = 1.5 + 0.010 / INTERVAL_S
+#: The load generator kept its schedule while its heartbeats were this late at most (p99).
+BEHIND_MS = 10.0
 
 
 # -- MQTT 3.1.1, just what an agent sends -------------------------------------------------
@@ -259,7 +275,8 @@ class Fleet:
             sent = 0
             while due <= now and sent < 256:
                 host = self.hosts[i % count]
-                if host.wire is not None and not host.wire.closed:
+                # A host beats from its first report on (it connects meanwhile).
+                if host.wire is not None and not host.wire.closed and host.heartbeat[0]:
                     if not host.silent:
                         host.beat()
                         self.beats += 1
@@ -326,7 +343,7 @@ def other_cores() -> str:
 
 
 @contextlib.asynccontextmanager
-async def broker(folder: Path) -> AsyncIterator[int]:
+async def broker(folder: Path) -> AsyncIterator[Mosquitto]:
     """A private Mosquitto on a free port (labd.mqtt.private): the lab's broker (1883) is not
     disturbed."""
     mosquitto = Mosquitto(folder, wrapper=pinned(other_cores()),
@@ -336,7 +353,7 @@ async def broker(folder: Path) -> AsyncIterator[int]:
     except MosquittoError as exc:
         raise SystemExit(f"bench_hosts: {exc}") from None
     try:
-        yield mosquitto.port
+        yield mosquitto
     finally:
         await mosquitto.stop()
 
@@ -385,15 +402,35 @@ def lag_p99_ms(before: str, after: str) -> float | None:
     return None
 
 
-async def wait_online(port: int, n: int, timeout: float) -> None:
+async def _sure_again(port: int, living: Callable[[], int], since: float,
+                      timeout: float = 60) -> float:
+    """Seconds from ``since`` until the daemon's unsure episode (``labd_hosts_unsure``) has
+    begun and ended with every living host online (``living()`` of them: some may die
+    meanwhile); ``inf`` if not within ``timeout``."""
+    began = False
+    while time.monotonic() - since < timeout:
+        text = await metrics(port)
+        unsure = sum(series(text, "labd_hosts_unsure").values())
+        online = sum(series(text, 'labd_hosts{status="online"}').values())
+        began = began or unsure > 0
+        if began and not unsure and online >= living():
+            return time.monotonic() - since
+        await asyncio.sleep(0.1)
+    return float("inf")
+
+
+async def wait_online(port: int, n: int, timeout: float) -> int:
+    """Hosts online once all are, or ``timeout`` s have passed: a daemon that never gets
+    there is measured all the same, and the table says how many it had."""
     deadline = time.monotonic() + timeout
     while True:
-        online = series(await metrics(port), 'labd_hosts{status="online"}')
-        if sum(online.values()) >= n:
-            return
+        online = int(sum(series(await metrics(port), 'labd_hosts{status="online"}').values()))
+        if online >= n:
+            return online
         if time.monotonic() > deadline:
-            raise SystemExit(f"bench_hosts: only {sum(online.values()):.0f} of {n} hosts "
-                             f"online after {timeout:.0f} s")
+            print(f"bench_hosts: only {online} of {n} hosts online after {timeout:.0f} s; "
+                  "measuring all the same", file=sys.stderr)
+            return online
         await asyncio.sleep(0.5)
 
 
@@ -450,13 +487,41 @@ class Point:
     unsure: int
     beats: int
     generator_behind_p99_ms: float
+    beats_due: int
+    """Heartbeats the schedule asked for in the window (a dead host's counted as half)."""
+    warnings: int
+    burst: bool
+    connected_s: float
+    """From the first connect to the last host's CONNACK and first report sent."""
+    online_s: float
+    """From the first connect until the daemon counts every host online."""
+    burst_lost: int
+    """``host.lost`` events from the first connect to the window's start (target 0)."""
+    online: int
+    """Hosts the daemon counted online as the window began (all of them, or 120 s up)."""
+    sessions: float
+    """The bridge's broker sessions by the window's end (1: never remade)."""
+    window_s: float = 0.0
+    """The window as it ran: ``--seconds``, or longer where a restart held up the plan."""
+    restart_online_s: float | None = None
+    """With a broker restart: from its stop until the daemon's unsure episode has ended
+    with every living host online (inf: not within 60 s; None: no restart)."""
+
+    @property
+    def kept_schedule(self) -> bool:
+        """Whether the load generator kept its schedule: its heartbeats late by at most
+        :data:`BEHIND_MS` at p99, and none of those due short by more than 2 % (more is
+        a generator catching up on what it owed before the window)."""
+        return self.generator_behind_p99_ms <= BEHIND_MS and \
+            self.beats >= 0.98 * self.beats_due
 
     def figures(self) -> dict[str, float]:
-        return {k: float(v) for k, v in self.__dict__.items() if v is not None}
+        return {**{k: float(v) for k, v in self.__dict__.items() if v is not None},
+                "kept_schedule": float(self.kept_schedule)}
 
 
 async def point(n: int, seconds: float, deaths: int, failures: int,
-                profile: Path | None) -> Point:
+                profile: Path | None, burst: bool = False, restart: bool = False) -> Point:
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as scratch:
         folder = Path(scratch)
         lab = folder / "lab.toml"
@@ -464,7 +529,8 @@ async def point(n: int, seconds: float, deaths: int, failures: int,
         keys = {h: new_key() for h in host_ids(n)}
         creds = folder / "daemon.toml"
         Credentials(hosts=keys).write(creds)
-        async with broker(folder) as mqtt_port:
+        async with broker(folder) as mosquitto:
+            mqtt_port = mosquitto.port
             url = f"mqtt://127.0.0.1:{mqtt_port}"
             api_port = free_port()
             command = [sys.executable, "-m", "labd", "run", str(lab), "--db",
@@ -481,8 +547,9 @@ async def point(n: int, seconds: float, deaths: int, failures: int,
             try:
                 await wait_port(api_port, "the daemon", 120)
                 pid = daemon_pid(daemon.pid)
-                return await measure(n, seconds, deaths, failures, mqtt_port, api_port, pid,
-                                     BusSettings(url, INSTANCE).with_keys(hosts=keys))
+                return await measure(n, seconds, deaths, failures, mosquitto, api_port, pid,
+                                     BusSettings(url, INSTANCE).with_keys(hosts=keys), burst,
+                                     restart)
             finally:
                 daemon.send_signal(2)
                 try:
@@ -508,39 +575,54 @@ def daemon_pid(pid: int) -> int:
     return pid
 
 
-async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port: int,
-                  api_port: int, pid: int, bus: BusSettings) -> Point:
+async def measure(n: int, seconds: float, deaths: int, failures: int, mosquitto: Mosquitto,
+                  api_port: int, pid: int, bus: BusSettings, burst: bool,
+                  restart: bool) -> Point:
+    mqtt_port = mosquitto.port
     hosts = make_fleet(n, bus.credentials.hosts, bus)
     root = lab_root(LAB, INSTANCE)
     events: list[dict[str, Any]] = []
     listening = asyncio.Event()
 
     async def listen() -> None:
-        async with aiomqtt.Client("127.0.0.1", mqtt_port, ) \
-                as client:
-            for kind in ("host.lost", "host.status", "hosts.unsure", "gpu.health", "warning"):
-                await client.subscribe(f"{root}/events/{kind}")
-            listening.set()
-            async for message in client.messages:
-                body = message.payload
-                if isinstance(body, bytes):
-                    events.append(json.loads(body))
+        while True:  # back on the broker after a restart (what it said meanwhile is lost)
+            try:
+                async with aiomqtt.Client("127.0.0.1", mqtt_port) as client:
+                    for kind in ("host.lost", "host.status", "hosts.unsure", "gpu.health",
+                                 "warning"):
+                        await client.subscribe(f"{root}/events/{kind}")
+                    listening.set()
+                    async for message in client.messages:
+                        body = message.payload
+                        if isinstance(body, bytes):
+                            events.append(json.loads(body))
+            except aiomqtt.MqttError:
+                await asyncio.sleep(0.2)
 
     listener = asyncio.create_task(listen())
     await listening.wait()
-    # Hosts come up over RAMP_S, each with its first report (every GPU's verdict).
-    per = RAMP_S / n
     started = time.monotonic()
-    for i, host in enumerate(hosts):
-        await host.connect(mqtt_port)
-        ahead = started + (i + 1) * per - time.monotonic()
-        if ahead > 0:
-            await asyncio.sleep(ahead)
+    # Each host's heartbeats start with its first report, as the agent's do: a ramp of
+    # hosts that said nothing until the last had connected would be found lost by then.
     fleet = Fleet(hosts)
     player = asyncio.create_task(fleet.play())
+    if burst:
+        # Every host at once, as after a broker restart: the daemon rides it through.
+        await asyncio.gather(*(host.connect(mqtt_port) for host in hosts))
+    else:
+        # Hosts come up over RAMP_S, each with its first report (every GPU's verdict).
+        per = RAMP_S / n
+        for i, host in enumerate(hosts):
+            await host.connect(mqtt_port)
+            ahead = started + (i + 1) * per - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+    connected_s = time.monotonic() - started
     try:
-        await wait_online(api_port, n, 120)
+        online = await wait_online(api_port, n, 120)
+        online_s = time.monotonic() - started
         await asyncio.sleep(SETTLE_S)
+        burst_lost = sum(e.get("kind") == "host.lost" for e in events)
         events.clear()
         getter = await asyncio.create_subprocess_exec(
             *pinned(other_cores()), sys.executable, "-c", GETTER, str(api_port), TOKEN,
@@ -559,22 +641,37 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
                for k, h in enumerate(failing)], key=lambda x: x[0])
         killed: dict[str, int] = {}
         failed: dict[str, int] = {}
+        if restart:
+            plan = sorted([*plan, (seconds * 0.5, "restart", hosts[0])], key=lambda x: x[0])
+        back: asyncio.Task[float] | None = None
         for at, what, host in plan:
             wait = wall_before + at - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            if what == "fail":
+            if what == "restart":
+                # The broker stops (SIGTERM: it says goodbye) and starts again on its port;
+                # every living host reconnects at once, as agents do.
+                restarted = time.monotonic()
+                await mosquitto.stop()
+                await mosquitto.start()
+                alive = [h for h in hosts if h.id not in killed]
+                await asyncio.gather(*(h.connect(mqtt_port) for h in alive))
+                back = asyncio.create_task(_sure_again(
+                    api_port, lambda: len(hosts) - len(killed), restarted))
+            elif what == "fail":
                 host.backend.fail(3, "ecc")
                 failed[host.id] = await host.report()
             elif len(killed) % 2:
                 host.cut()
-                killed[host.id] = time.monotonic_ns()
+                killed[host.id] = host.last_sent_ns  # timed from its last heartbeat
             else:
                 host.silent = True
-                killed[host.id] = time.monotonic_ns()
+                killed[host.id] = host.last_sent_ns
         await asyncio.sleep(max(0.0, wall_before + seconds - time.monotonic()))
         after, cpu_after, wall_after = await metrics(api_port), cpu_seconds(pid), \
             time.monotonic()
+        restart_online_s = await back if back is not None else None
+        beats = fleet.beats  # the window's (the fleet goes on until the client is done)
         out, _ = await getter.communicate()
         got = json.loads(out)
     finally:
@@ -605,12 +702,19 @@ async def measure(n: int, seconds: float, deaths: int, failures: int, mqtt_port:
         get_p50_ms=percentile(full, 50), get_p99_ms=percentile(full, 99),
         paged_p50_ms=percentile(paged, 50), paged_p99_ms=percentile(paged, 99),
         get_bytes=got["bytes"], false_losses=len(false), deaths=len(killed),
-        deaths_found=len(delays), deaths_in_time=sum(d <= 1.5 for d in delays),
+        deaths_found=len(delays), deaths_in_time=sum(d <= IN_TIME for d in delays),
         death_p99_intervals=percentile(delays, 99) if delays else None,
         failures=len(failed), failures_reported=len(failure_ms),
         failure_p99_ms=percentile(failure_ms, 99) if failure_ms else None,
-        unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=fleet.beats,
-        generator_behind_p99_ms=percentile(fleet.behind_ms or [0.0], 99))
+        unsure=sum(e.get("kind") == "hosts.unsure" for e in events), beats=beats,
+        generator_behind_p99_ms=percentile(fleet.behind_ms or [0.0], 99),
+        # Over the window as it ran (a broker restart can stretch it past ``seconds``).
+        beats_due=int(sum(1.0 if h.id not in killed else 0.5 for h in hosts)
+                      * (wall_after - wall_before) / INTERVAL_S),
+        warnings=sum(e.get("kind") == "warning" for e in events), burst=burst,
+        connected_s=connected_s, online_s=online_s, burst_lost=burst_lost, online=online,
+        restart_online_s=restart_online_s, window_s=wall_after - wall_before,
+        sessions=sum(series(after, "labd_mqtt_sessions_total").values()))
 
 
 def show(points: list[Point], seconds: float) -> None:
@@ -633,12 +737,24 @@ def show(points: list[Point], seconds: float) -> None:
               f"{p.unsure:>8}")
     print("   CPU: the daemon's, of one core; lag: event loop, p99 bucket; GET: /v1/hosts, "
           "whole fleet (ms); paged: ?status=lost&limit=100 (ms); false: host.lost for hosts "
-          "that never stopped (target 0); deaths: host.lost within 1.5 intervals of the "
-          "death / deaths, and the p99 in intervals; failures: gpu.health failed reported / "
-          "injected, p99 ms; unsure: hosts.unsure events")
+          "that never stopped (target 0); deaths: host.lost within 1.5 intervals + 10 ms of "
+          "the last heartbeat / deaths, and the p99 in intervals; failures: gpu.health "
+          "failed reported / injected, p99 ms; unsure: hosts.unsure events")
     for p in points:
-        print(f"   {p.hosts:,} hosts: {p.beats:,} heartbeats in the window, generator behind "
-              f"p99 {p.generator_behind_p99_ms:.1f} ms, /v1/hosts {p.get_bytes / 1024:,.0f} KiB")
+        print(f"   {p.hosts:,} hosts: {p.beats:,} heartbeats in the window ({p.window_s:.0f} s), "
+              "generator behind "
+              f"p99 {p.generator_behind_p99_ms:.1f} ms ({p.beats_due:,} due; kept its "
+              f"schedule: {'yes' if p.kept_schedule else 'NO'}), /v1/hosts "
+              f"{p.get_bytes / 1024:,.0f} KiB, {p.warnings} warning events")
+        print(f"   {p.hosts:,} hosts {'connecting all at once' if p.burst else 'ramped over'}"
+              f"{'' if p.burst else f' {RAMP_S:g} s'}: connected in {p.connected_s:.1f} s, "
+              f"{'all' if p.online == p.hosts else f'only {p.online:,}'} online in "
+              f"{p.online_s:.1f} s, {p.burst_lost} host.lost before the window; "
+              f"{p.sessions:.0f} broker session(s) by its end")
+        if p.restart_online_s is not None:
+            print(f"   {p.hosts:,} hosts, the broker restarted mid-window: sure of every "
+                  f"living host again {p.restart_online_s:.1f} s after its stop (deaths "
+                  "within the unsure episode are judged from its end, so later)")
 
 
 def emulated_lab_text(n: int) -> str:
@@ -676,7 +792,8 @@ async def emulate_point(n: int, seconds: float) -> EmulatePoint:
         folder = Path(scratch)
         lab = folder / "lab.toml"
         lab.write_text(emulated_lab_text(n), encoding="utf-8")
-        async with broker(folder) as port:
+        async with broker(folder) as mosquitto:
+            port = mosquitto.port
             process = await asyncio.create_subprocess_exec(
                 *pinned("0"), sys.executable, "-m", "labd", "emulate", str(lab), "--mqtt",
                 f"mqtt://127.0.0.1:{port}", cwd=ROOT, stdout=asyncio.subprocess.PIPE,
@@ -733,14 +850,159 @@ async def main_emulate(sizes: list[int], seconds: float) -> dict[str, float]:
     return figures
 
 
+# -- the host feed alone: labd.hosts.feed against aiomqtt --------------------------------------
+
+#: What the feed comparison reads: one heartbeat-sized message per host per interval.
+FEED_PAYLOAD = 700
+FEED_CONNECTIONS = 64
+
+FEED_READER = """
+import asyncio, json, sys, time
+import aiomqtt
+from labd.hosts.feed import HostFeed
+from labd.mqtt.credentials import BusSettings
+
+kind, port, n, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+got = {"messages": 0, "batches": 0}
+
+def deliver(batch):
+    got["messages"] += len(batch)
+    got["batches"] += 1
+
+async def measure(ready):
+    print(json.dumps({"ready": True}), flush=True)
+    await ready
+    start, cpu = time.monotonic(), time.process_time()
+    before = got["messages"]
+    await asyncio.sleep(seconds)
+    took, used = time.monotonic() - start, time.process_time() - cpu
+    return {"kind": kind, "messages": got["messages"] - before, "seconds": took,
+            "cpu_s": used, "batches": got["batches"]}
+
+async def main():
+    topic = "bench/hosts/+/heartbeat"
+    loop = asyncio.get_running_loop()
+    ready = loop.run_in_executor(None, sys.stdin.readline)
+    if kind == "feed":
+        feed = HostFeed(BusSettings(f"mqtt://127.0.0.1:{port}"), [topic], deliver)
+        async with feed.connected() as protocol:
+            keep = asyncio.create_task(HostFeed.keep(protocol))
+            out = await measure(ready)
+            keep.cancel()
+    else:
+        async with aiomqtt.Client("127.0.0.1", port) as client:
+            await client.subscribe(topic, qos=0)
+
+            async def read():
+                # The batched reader: the first message awaited, the rest already queued
+                # taken at once, handed over as one batch.
+                queue = client._queue
+                async for message in client.messages:
+                    batch = [(str(message.topic), message.payload, message.retain)]
+                    while not queue.empty():
+                        m = queue.get_nowait()
+                        batch.append((str(m.topic), m.payload, m.retain))
+                    deliver(batch)
+
+            reader = asyncio.create_task(read())
+            out = await measure(ready)
+            reader.cancel()
+    print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def feed_point(kind: str, n: int, seconds: float, port: int) -> dict[str, float]:
+    """One reader (``feed``: labd.hosts.feed; ``aiomqtt``: aiomqtt with a batched reader)
+    pinned to core 0, fed ``n`` heartbeat-sized messages a second from FEED_CONNECTIONS
+    connections: its CPU per message."""
+    reader = await asyncio.create_subprocess_exec(
+        *pinned("0"), sys.executable, "-c", FEED_READER, kind, str(port), str(n),
+        str(seconds), cwd=ROOT, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    assert reader.stdout is not None and reader.stdin is not None
+    await reader.stdout.readline()  # subscribed
+    loop = asyncio.get_running_loop()
+    wires = []
+    for _ in range(FEED_CONNECTIONS):
+        _, wire = await loop.create_connection(_Wire, "127.0.0.1", port)
+        assert wire.transport is not None
+        body = _text("MQTT") + bytes([4, 2]) + struct.pack("!H", KEEPALIVE_S) + _text("")
+        wire.transport.write(b"\x10" + _length(len(body)) + body)  # clean, no id
+        async with asyncio.timeout(30):
+            await wire.acked.wait()
+        wires.append(wire)
+    packets = [publish_packet(f"bench/hosts/h{i:05d}/heartbeat", b"x" * FEED_PAYLOAD)
+               for i in range(n)]
+    stop = asyncio.Event()
+
+    async def publish() -> None:
+        # Each host's message once a second, host i at i/n of it, in slices of 1 ms.
+        start, i = time.monotonic(), 0
+        while not stop.is_set():
+            due = start + i / n
+            now = time.monotonic()
+            if due > now:
+                await asyncio.sleep(due - now)
+            while start + i / n <= time.monotonic():
+                wire = wires[i % FEED_CONNECTIONS]
+                assert wire.transport is not None
+                wire.transport.write(packets[i % n])
+                i += 1
+
+    publisher = asyncio.create_task(publish())
+    await asyncio.sleep(2.0)  # connected and flowing before the window
+    reader.stdin.write(b"go\n")
+    await reader.stdin.drain()
+    out = json.loads((await reader.stdout.readline()).decode())
+    stop.set()
+    await publisher
+    for wire in wires:
+        assert wire.transport is not None
+        wire.transport.close()
+    await reader.wait()
+    per = out["cpu_s"] / max(1, out["messages"])
+    return {"messages_per_s": out["messages"] / out["seconds"], "us_per_message": per * 1e6,
+            "cpu_pct": 100 * out["cpu_s"] / out["seconds"],
+            "per_batch": out["messages"] / max(1, out["batches"])}
+
+
+async def main_feeds(sizes: list[int], seconds: float) -> dict[str, float]:
+    if len(os.sched_getaffinity(0)) > 1:
+        os.sched_setaffinity(0, {int(c) for c in other_cores().split(",")})
+    figures: dict[str, float] = {"seconds": seconds}
+    print(f"The host feed alone, pinned to core 0: N heartbeat-sized ({FEED_PAYLOAD} B) "
+          f"messages a second from {FEED_CONNECTIONS} connections, {seconds:g} s each, "
+          "the two readers in turn (twice):")
+    print(f"{'hosts':>6}{'reader':>10}{'msgs/s':>10}{'µs/msg':>9}{'CPU':>7}{'per batch':>11}")
+    with tempfile.TemporaryDirectory(prefix="bench-feeds-") as scratch:
+        async with broker(Path(scratch)) as mosquitto:
+            port = mosquitto.port
+            for n in sizes:
+                for kind in ("feed", "aiomqtt", "feed", "aiomqtt"):
+                    got = await feed_point(kind, n, seconds, port)
+                    print(f"{n:>6,}{kind:>10}{got['messages_per_s']:>10,.0f}"
+                          f"{got['us_per_message']:>9.1f}{got['cpu_pct']:>6.0f}%"
+                          f"{got['per_batch']:>11.1f}")
+                    for k, v in got.items():
+                        key = f"hosts{n}_{kind}_{k}"
+                        figures[key] = min(figures.get(key, v), v) if k == "cpu_pct" else v
+    print("   reader: feed = labd.hosts.feed (the daemon's); aiomqtt = aiomqtt 2 (paho) with "
+          "a batched reader (the first message awaited, the queued rest taken at once); "
+          "µs/msg and CPU: the reader process's CPU time over the window")
+    return figures
+
+
 async def main(sizes: list[int], seconds: float, deaths: int, failures: int,
-               profile: Path | None) -> dict[str, float]:
+               profile: Path | None, burst: bool = False, restart: bool = False
+               ) -> dict[str, float]:
     if len(os.sched_getaffinity(0)) > 1:
         # The fleet keeps off the daemon's core.
         os.sched_setaffinity(0, {int(c) for c in other_cores().split(",")})
     points = []
     for n in sizes:
-        points.append(await point(n, seconds, deaths, failures, profile))
+        points.append(await point(n, seconds, deaths, failures, profile, burst, restart))
     show(points, seconds)
     figures: dict[str, float] = {"seconds": seconds, "interval_s": INTERVAL_S}
     for p in points:
@@ -762,6 +1024,15 @@ if __name__ == "__main__":
                         help="record the daemon with py-spy into FILE.<hosts> (raw)")
     parser.add_argument("--json", type=Path, metavar="FILE",
                         help="also write the figures to FILE as a flat JSON object")
+    parser.add_argument("--burst", action="store_true",
+                        help="connect every host at once (as after a broker restart) "
+                             f"instead of over {RAMP_S:g} s")
+    parser.add_argument("--broker-restart", action="store_true",
+                        help="restart the broker mid-window; every living host reconnects "
+                             "at once")
+    parser.add_argument("--feeds", action="store_true",
+                        help="measure the host feed alone: labd.hosts.feed against aiomqtt "
+                             "with a batched reader (no daemon)")
     parser.add_argument("--emulate", action="store_true",
                         help="measure labd emulate playing the hosts instead (no daemon)")
     args = parser.parse_args()
@@ -775,7 +1046,9 @@ if __name__ == "__main__":
     if args.deaths + args.failures > min(sizes):
         raise SystemExit("bench_hosts: more deaths and failures than hosts")
     # The standard loop: the fleet is many small writes, the same on either.
-    figures = asyncio.run(main_emulate(sizes, args.seconds) if args.emulate else
-                          main(sizes, args.seconds, args.deaths, args.failures, args.profile))
+    figures = asyncio.run(main_feeds(sizes, args.seconds) if args.feeds else
+                          main_emulate(sizes, args.seconds) if args.emulate else
+                          main(sizes, args.seconds, args.deaths, args.failures, args.profile,
+                               args.burst, args.broker_restart))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")

@@ -89,6 +89,8 @@ class LabApp(App[None]):
         """The lab's daemons met so far (``--ha``: the leader and its standbys): when the
         one followed goes, the next is tried."""
         self.lab_endpoints: list[str] = []
+        self.unsure: tuple[float, str] | None = None
+        """While the daemon is unsure of its hosts: since when (wall clock) and why."""
         """The lab's endpoints (GET /v1/endpoints), offered as ``c``'s fields are typed."""
         self.changes = Changes(self, self.client, self._announce, self.action_goto)
 
@@ -183,7 +185,10 @@ class LabApp(App[None]):
         self.stale_since = None
         self.stale.clear()
         self.screen.remove_class("stale")
-        self.sub_title = f"{self.client.url} — live"
+        episode = health.get("hosts") or {}
+        self.unsure = (time.time() - float(episode.get("for_s") or 0.0),
+                       str(episode.get("why") or "")) if episode.get("unsure") else None
+        self._live()
         self.synced.set()
         return True
 
@@ -199,9 +204,25 @@ class LabApp(App[None]):
             self.changes.drill_said(data)
         elif kind == "job.state":
             self.hosts.show_job(data)
+        elif kind == "hosts.unsure":
+            if not data.get("waiting"):
+                self.unsure = None
+            elif self.unsure is None:
+                self.unsure = (time.time(), str(data.get("detail") or ""))
+            self._live()
         elif kind.startswith(("host.", "gpu.", "nic.")):
             self.hosts.show_hosts(await self.client.get("/v1/hosts"))
         await self._announce()
+
+    def _live(self) -> None:
+        """The title's line while following the daemon, with the badge while it is unsure
+        of its hosts (it holds its verdicts: a silent host is not declared lost)."""
+        line = f"{self.client.url} — live"
+        if self.unsure is not None:
+            since, why = self.unsure
+            line += (f" · HOSTS UNSURE since {time.strftime('%H:%M:%S', time.localtime(since))}"
+                     f": {why}")
+        self.sub_title = line
 
     def _show_matrix(self) -> None:
         self.matrix.show(self.ports.ports, self.ports.sizes, self.ports.circuit_at)

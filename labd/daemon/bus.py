@@ -30,6 +30,7 @@ import aiomqtt
 
 from labd.daemon.bus_commands import Complaints, SwitchCommands
 from labd.errors import AlreadyTaken, BusError, unwrap
+from labd.events import Event, Subscription
 from labd.hosts.feed import PAUSE_AT, FeedProtocol, HostFeed, Message
 from labd.mqtt.client import backoff, publish, session, subscribe
 from labd.mqtt.credentials import BusSettings
@@ -48,6 +49,8 @@ MAX_COMMANDS = 64
 SLICE_S = 0.002
 #: How often the bridge probes its own path through the broker.
 PROBE_S = 0.05
+#: Events the bridge may have waiting for the broker before it starts over from a snapshot.
+EVENT_QUEUE = 10_000
 
 
 class MqttBridge:
@@ -74,9 +77,20 @@ class MqttBridge:
         self.switch_commands = SwitchCommands(services, Opener(creds.clients.get),
                                               self.complain)
         self._outage = Repeats(60.0)
+        self._overflow = Repeats(60.0)
+        self.queue_size = EVENT_QUEUE
+        """Events waiting for the broker before the observers' stream starts over."""
+        self.overflows = 0
+        """Times the observers' stream fell behind and started over from a snapshot (the
+        host feed and the session stay)."""
         self._confirming: dict[str, asyncio.Future[None]] = {}
         # Agent messages read off the broker and not yet handled, oldest first.
         self._inbox: collections.deque[Message] = collections.deque()
+        # Per heartbeat topic, how many of its heartbeats wait in the inbox: all but the
+        # newest are passed over (a heartbeat is the host's state, not a change).
+        self._beats: dict[str, int] = {}
+        self.passed_over = 0
+        """Heartbeats not handled because a newer one of the same host was waiting."""
         self._draining = False
         self.drained = asyncio.Event()
         """Set while no agent message waits to be handled."""
@@ -193,7 +207,8 @@ class MqttBridge:
         """One broker session. A standby's (not ``leading``) hears the hosts' topics and
         the probe, publishes nothing on the lab's topics and takes no commands; it ends
         (:class:`_Leading`) once the daemon leads."""
-        snapshot, subscription = self.services.hub.subscribe() if leading else ({}, None)
+        snapshot, subscription = self.services.hub.subscribe(self.queue_size, who="mqtt") \
+            if leading else ({}, None)
         self._client = client
         self._sealers = {host: Sealer("daemon", key)
                          for host, key in self.settings.credentials.hosts.items()}
@@ -240,26 +255,50 @@ class MqttBridge:
             await publish(client, f"{self.prefix}/state/switches/{switch}",
                           json.dumps({"intended": pairs}), qos=1, retain=True)
 
-    async def _forward(self, client: aiomqtt.Client, subscription: Any) -> None:
-        while True:
-            event = await subscription.next()
-            if event is None:  # fell behind: start over from a snapshot
-                raise aiomqtt.MqttError("event stream overflowed; resyncing")
-            await publish(client, f"{self.prefix}/events/{event.kind}",
-                          json.dumps(event.as_dict()), qos=0)
-            if event.kind == "reconfiguration":
-                switch = event.data["switch"]
-                intended = self.services.engine.intended.get(switch, {})
-                await publish(client, f"{self.prefix}/state/switches/{switch}",
-                              json.dumps({"intended": sorted(intended.items())}),
-                              qos=1, retain=True)
-            elif event.kind == "instrument.state":
-                # Keep the retained picture current: a late subscriber sees who is offline.
-                name = event.data["instrument"]
-                for instrument in self.services.instruments_state():
-                    if instrument["id"] == name:
-                        await publish(client, f"{self.prefix}/state/instruments/{name}",
-                                      json.dumps(instrument), qos=1, retain=True)
+    async def _forward(self, client: aiomqtt.Client, subscription: Subscription) -> None:
+        try:
+            while True:
+                event = await subscription.next()
+                if event is None:  # fell behind: start over from a snapshot, same session
+                    subscription = await self._resync(client, subscription)
+                    continue
+                await self._send_event(client, event)
+        finally:
+            subscription.close()
+
+    async def _resync(self, client: aiomqtt.Client, dropped: Subscription) -> Subscription:
+        """The observers' stream overflowed (a burst of events faster than the broker
+        takes them): a fresh snapshot and subscription on the same session. The host feed
+        is not touched, and no event is published about it: a warning event would go
+        back into the very queue that overflowed, and overflow it again."""
+        dropped.close()
+        self.overflows += 1
+        told = self._overflow.tell("overflow")
+        if told is not None:
+            log.warning("MQTT: the daemon's events came faster than the broker took them "
+                        "(more than %d waiting); observers on the bus missed some and the "
+                        "retained state was published again%s", self.queue_size,
+                        told.suffix())
+        snapshot, subscription = self.services.hub.subscribe(self.queue_size, who="mqtt")
+        await self._publish_state(client, snapshot)
+        return subscription
+
+    async def _send_event(self, client: aiomqtt.Client, event: Event) -> None:
+        await publish(client, f"{self.prefix}/events/{event.kind}",
+                      json.dumps(event.as_dict()), qos=0)
+        if event.kind == "reconfiguration":
+            switch = event.data["switch"]
+            intended = self.services.engine.intended.get(switch, {})
+            await publish(client, f"{self.prefix}/state/switches/{switch}",
+                          json.dumps({"intended": sorted(intended.items())}),
+                          qos=1, retain=True)
+        elif event.kind == "instrument.state":
+            # Keep the retained picture current: a late subscriber sees who is offline.
+            name = event.data["instrument"]
+            for instrument in self.services.instruments_state():
+                if instrument["id"] == name:
+                    await publish(client, f"{self.prefix}/state/instruments/{name}",
+                                  json.dumps(instrument), qos=1, retain=True)
 
     async def _messages(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
@@ -318,6 +357,10 @@ class MqttBridge:
 
     def _take(self, batch: list[Message]) -> None:
         """A batch of agent messages from the feed: kept in order, handled soon, in slices."""
+        beats = self._beats
+        for topic, _, _ in batch:
+            if topic.endswith("/heartbeat"):
+                beats[topic] = beats.get(topic, 0) + 1
         self._inbox.extend(batch)
         self.drained.clear()
         if len(self._inbox) >= PAUSE_AT and self._feed is not None:
@@ -330,11 +373,21 @@ class MqttBridge:
         """Handle agent messages for up to :data:`SLICE_S`, then give the loop back (and
         come back for the rest): a backlog is worked off between the API's requests, not
         instead of them."""
-        inbox = self._inbox
+        inbox, beats = self._inbox, self._beats
         end = time.perf_counter() + SLICE_S
         count = 0
         while inbox:
             topic, payload, retained = inbox.popleft()
+            waiting = beats.get(topic)
+            if waiting is not None:
+                if waiting > 1:
+                    # A daemon a heartbeat interval behind (a burst, a starved core) works
+                    # off each host's newest heartbeat only: the backlog shrinks, however
+                    # far behind it is, instead of being read in full, stale by the end.
+                    beats[topic] = waiting - 1
+                    self.passed_over += 1
+                    continue
+                del beats[topic]
             self.taken += 1
             try:
                 self._from_feed(topic, payload, retained)
@@ -410,15 +463,16 @@ class MqttBridge:
                    retained: bool) -> None:
         if kind == "job" or (kind == "status" and not payload):
             return  # our own commands to the agent; a retained status being cleared
+        if host not in self.services.hosts.hosts:
+            # One key for them all: made-up host ids never grow the limiter's table.
+            self.complain("unknown hosts", f"message on {topic} refused: the lab has no "
+                                           f"host {host!r}")
+            return
         if retained and kind != "status":
             # Only a status is kept by the broker for a late subscriber; a retained report
             # would be taken without the freshness check, so a caught one could be played.
             self.complain(f"host {host}", f"retained {kind} message on {topic} ignored: "
                                           "only a host's status is retained")
-            return
-        if host not in self.services.hosts.hosts:
-            self.complain("unknown hosts", f"message on {topic} refused: the lab has no "
-                                           f"host {host!r}")
             return
         try:
             _, body = self._hosts.open(topic, payload, sender=host, retained=retained)

@@ -49,9 +49,17 @@ class Complaints:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.repeats = Repeats(COMPLAINT_EVERY_S)
+        # A key per host of the lab and a few for the kinds of mistake: every sender is
+        # remembered, so a fleet past the default table is still told once per sender.
+        self.repeats = Repeats(COMPLAINT_EVERY_S,
+                               keys=max(4096, len(services.hosts.hosts) + 64))
         self.count = 0
         """Messages refused so far."""
+
+    @property
+    def held(self) -> int:
+        """Complaints held back so far (per sender or by the overall budget)."""
+        return self.repeats.held
 
     def __call__(self, who: str, detail: str) -> None:
         self.count += 1

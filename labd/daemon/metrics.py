@@ -254,6 +254,10 @@ class _StateCollector(Collector):
         for name in GPU_HEALTH:
             gpus.add_metric([name], health[name])
         yield gpus
+        yield GaugeMetricFamily(
+            "labd_hosts_unsure", "1 while the daemon is unsure of its hosts (it cannot tell "
+            "yet whether they are silent, and holds its verdicts), else 0",
+            value=0.0 if services.hosts.unsure is None else 1.0)
         readers = services.hub.readers()
         yield GaugeMetricFamily("labd_websocket_clients",
                                 "WebSocket clients reading the event stream",

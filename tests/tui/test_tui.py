@@ -448,3 +448,24 @@ def test_the_latency_table_keeps_the_latest_times() -> None:
     assert (p50, p99, most) == (f"{percentile(kept, 50):.2f}", f"{percentile(kept, 99):.2f}",
                                 f"{kept[-1]:.2f}")
     assert spark == sparkline(kept[-60:]) and len(spark) == 60
+
+
+async def test_the_title_wears_a_badge_while_the_daemon_is_unsure_of_its_hosts(
+        tmp_path: Path) -> None:
+    async def unsure(rig: Rig) -> None:
+        rig.daemon.hosts.link_down("a test's outage", agents_connected=True)
+
+    async def sure(rig: Rig) -> None:
+        rig.daemon.hosts.link_up()
+
+    # Unsure before the UI attaches: the badge comes from GET /v1/health at its resync.
+    async with attached(tmp_path, "tui9", ring_lab(), before=unsure) as (rig, app, _):
+        await until(app, lambda: "HOSTS UNSURE since" in app.sub_title)
+        assert "a test's outage" in app.sub_title
+        await rig.call(sure)
+        await until(app, lambda: app.sub_title.endswith("— live"), timeout=30)
+        # And from the hosts.unsure event while it follows the daemon.
+        await rig.call(unsure)
+        await until(app, lambda: "HOSTS UNSURE since" in app.sub_title)
+        await rig.call(sure)
+        await until(app, lambda: "UNSURE" not in app.sub_title, timeout=30)

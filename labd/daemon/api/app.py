@@ -53,6 +53,7 @@ def create_app(services: Services) -> FastAPI:
     for module in ROUTERS:
         app.include_router(module.router)
     app.state.services = services
+    app.state.unsure = meta.Unsure(services)
     settings = services.api
     access = settings.access or Access()
     if services.token:
