@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import struct
 import time
 from dataclasses import dataclass, field
 
 from emulators.wire.faults import Faults
 from emulators.wire.numbers import MAX_MESSAGE_BYTES
-from emulators.wire.server import Interface, Session
-
-log = logging.getLogger(__name__)
+from emulators.wire.server import Interface, Session, answer
 
 #: HiSLIP's registered port; an emulator takes a free one unless told.
 PORT = 4880
@@ -193,12 +190,7 @@ class HislipEndpoint:
         return True
 
     async def _handle(self, session: Session, message: bytes, arrived: int) -> bytes | None:
-        try:
-            return await session.handle(message, arrived)
-        except Exception as exc:
-            log.warning("%s: %s session failed on %r: %s: %s", self.address,
-                        self.interface.name, message[:32], type(exc).__name__, exc)
-            return session.failed()
+        return await answer(session, message, arrived, self.address, self.interface.name)
 
     async def _asynchronous(self, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:

@@ -53,6 +53,17 @@ class Session(abc.ABC):
         """The client went away."""
 
 
+async def answer(session: Session, message: bytes, arrived: int, where: str,
+                 interface: str) -> bytes | None:
+    """The session's answer; an error it did not expect refuses this message only."""
+    try:
+        return await session.handle(message, arrived)
+    except Exception as exc:
+        log.warning("%s: %s session failed on %r: %s: %s", where, interface, message[:32],
+                    type(exc).__name__, exc)
+        return session.failed()
+
+
 class Interface(abc.ABC):
     """A protocol spoken on one endpoint; makes a session per connection."""
 
@@ -425,13 +436,7 @@ class Endpoint:
             session.closed()
 
     async def _handle(self, session: Session, message: bytes, arrived: int) -> bytes | None:
-        """The session's answer; an error it did not expect refuses this message only."""
-        try:
-            return await session.handle(message, arrived)
-        except Exception as exc:
-            log.warning("%s: %s session failed on %r: %s: %s", self.address,
-                        self.interface.name, message[:32], type(exc).__name__, exc)
-            return session.failed()
+        return await answer(session, message, arrived, self.address, self.interface.name)
 
     def drop_all(self) -> None:
         """Cut every open TCP connection now (a cable pull)."""

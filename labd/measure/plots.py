@@ -183,13 +183,7 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
                 # gid: the series is named in an SVG (``<g id="ocs1-truth">``).
                 ax.step(ordered, fraction, where="post", linestyle=line, color=f"C{colour}",
                         label=f"{words} (n = {len(ordered)})", gid=f"{switch}-{figure}")
-            _x_scale(ax, shown)
-            ax.set_ylim(0, 1.02)
-            ax.set_xlabel("ms from dispatch")
-            ax.set_ylabel("fraction of changes")
-            ax.set_title(switch_label(run, switch, sep="\n"))
-            ax.grid(True, which="both", alpha=0.3)
-            _legend(ax, strip)
+            _cdf_frame(ax, strip, shown, "ms from dispatch", switch_label(run, switch, sep="\n"))
         _suptitle(fig, f"{conditions(run)}\nreconfiguration times (run {run.name})")
         out.append((f"{run.name}-cdf", fig))
 
@@ -206,13 +200,8 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
                         label=f"labd's switching time - emulator's truth (n = {len(ordered)})")
                 if ordered[0] <= 0:
                     ax.axvline(0, color="grey", linewidth=0.8, linestyle=":")
-                _x_scale(ax, ordered)
-                ax.set_ylim(0, 1.02)
-                ax.set_xlabel("ms labd adds to the switch's own time")
-                ax.set_ylabel("fraction of changes")
-                ax.set_title(switch_label(run, switch, sep="\n"))
-                ax.grid(True, which="both", alpha=0.3)
-                _legend(ax, strip)
+                _cdf_frame(ax, strip, ordered, "ms labd adds to the switch's own time",
+                           switch_label(run, switch, sep="\n"))
             _suptitle(fig, f"{conditions(run)}\nlabd - truth per change (run {run.name})")
             out.append((f"{run.name}-added", fig))
 
@@ -231,6 +220,17 @@ def reconfig_figures(run: Run, rows: list[dict[str, Any]]) -> list[tuple[str, Fi
                            f"(run {run.name})")
             out.append((f"{run.name}-batch", fig))
     return out
+
+
+def _cdf_frame(ax: Axes, strip: Axes, values: list[float], xlabel: str, title: str) -> None:
+    """A CDF panel's axes, title, grid and legend strip."""
+    _x_scale(ax, values)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of changes")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    _legend(ax, strip)
 
 
 def _n_text(ns: list[int]) -> str:
