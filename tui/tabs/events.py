@@ -120,7 +120,7 @@ class EventsTab(Pane):
         self._last_seq = seq if isinstance(seq, int) else self._last_seq
         added = False
         for kind, rows in (("reconfiguration", reconfigurations), ("failover", failovers)):
-            for row in rows:
+            for row in reversed(list(rows)):  # oldest first: ties keep that order
                 if not self._first(self._keys(kind, row, None)):
                     continue
                 stamp = wall_stamp(row.get("wall_time")) or time.time()
