@@ -45,10 +45,10 @@ class LabApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "labd"
-    # The footer holds what fits 80 columns (measured: eight short labels, compact, no
-    # palette entry, 71 columns); p and ctrl+p are in the help and the palette. A change
-    # this lab cannot take is shown dimmed (check_action), and its key's second binding
-    # says why instead of asking first.
+    # The footer holds what fits 80 columns (eight short labels, compact, no palette
+    # entry: 67 columns); p and ctrl+p are in the help and the palette. A change this lab
+    # cannot take is shown dimmed (check_action), and its key's second binding says why
+    # instead of asking first.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("c", "circuit", "Circuit"),
