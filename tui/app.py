@@ -29,6 +29,7 @@ from textual.worker import WorkerCancelled, WorkerFailed
 from labd.client.api import DaemonClient
 from labd.errors import DaemonError
 from tui.changes import Changes
+from tui.reach import CHANGES, Unreachable, unable
 from tui.screens.help import HelpScreen
 from tui.tabs.events import EventsTab
 from tui.tabs.failover import FailoverTab
@@ -44,16 +45,21 @@ class LabApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "labd"
+    # The footer holds what fits 80 columns (eight short labels, compact, no palette
+    # entry: 67 columns); p and ctrl+p are in the help and the palette. A change this lab
+    # cannot take is shown dimmed (check_action), and its key's second binding says why
+    # instead of asking first.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("c", "circuit", "Circuit"),
-        Binding("p", "pair", "Raw pair"),
+        Binding("p", "pair", "Raw pair", show=False),
         Binding("x", "break", "Break"),
         Binding("m", "measure", "Measure"),
         Binding("d", "drill", "Drill"),
         Binding("slash", "filter", "Filter"),
         Binding("r", "resync", "Resync"),
         Binding("question_mark", "help", "Help"),
+        *(Binding(key, f"why_not('{action}')", show=False) for action, key in CHANGES.items()),
         Binding("1", "goto('ports')", "Ports", show=False),
         Binding("2", "goto('hosts')", "Hosts", show=False),
         Binding("3", "goto('failover')", "Failover", show=False),
@@ -93,6 +99,9 @@ class LabApp(App[None]):
         """While the daemon is unsure of its hosts: since when (wall clock) and why."""
         """The lab's endpoints (GET /v1/endpoints), offered as ``c``'s fields are typed."""
         self.changes = Changes(self, self.client, self._announce, self.action_goto)
+        self.unable: dict[str, str] = {}
+        """The changes that cannot work now, by action, and why (tui/reach.py)."""
+        self.banner = Unreachable()
 
     @property
     def render_ms(self) -> list[float]:
@@ -101,9 +110,10 @@ class LabApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield self.banner
         with TabbedContent(initial="ports"):
             yield from self.tabs.values()
-        yield Footer()
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = f"{self.client.url} — connecting"
@@ -149,12 +159,37 @@ class LabApp(App[None]):
             delay = min(max(delay, 0.25) * 2, 5.0)
 
     def _mark_stale(self, why: str) -> None:
+        """The daemon is out of reach: a short title that fits 80 columns, the banner
+        with the URL, why and what to do, and every change key off until it is back."""
         if self.stale_since is None:
             self.stale_since = time.time()
             self.screen.add_class("stale")
             self.stale.set()
-        since = time.strftime("%H:%M:%S", time.localtime(self.stale_since))
-        self.sub_title = f"STALE since {since}: {why} (last picture kept; retrying)"
+        if not self.synced.is_set():  # never reached: no picture to keep
+            self.banner.tell(self.client.url, why, None)
+            self.sub_title = "daemon not reachable"
+        else:
+            self.banner.tell(self.client.url, why, self.stale_since)
+            since = time.strftime("%H:%M:%S", time.localtime(self.stale_since))
+            self.sub_title = f"STALE since {since}"
+        self._set_unable(dict.fromkeys(CHANGES, f"the daemon at {self.client.url} is not "
+                                                "reachable"))
+
+    def _set_unable(self, reasons: dict[str, str]) -> None:
+        self.unable = reasons
+        if self.failover.drill_off != reasons.get("drill"):
+            self.failover.drill_off = reasons.get("drill")
+            self.failover.changed()
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A change this lab cannot take: shown, dimmed (its key says why instead)."""
+        return None if action in self.unable else True
+
+    def action_why_not(self, action: str) -> None:
+        """A dimmed key pressed: why it cannot work here, at once, asking nothing."""
+        self.changes.tell(self.unable.get(action, "it is off"),
+                          f"{CHANGES.get(action, action)} is off", error=True)
 
     async def _resync(self, snapshot: dict[str, Any]) -> bool:
         """A fresh picture: every switch's ports, the hosts, the latest failover, the
@@ -175,11 +210,15 @@ class LabApp(App[None]):
         # The lab first: several daemons on one machine differ by it, not by their port.
         self.title = f"labd · {self.lab}" if self.lab else "labd"
         self.lab_endpoints = [str(e["id"]) for e in await self.client.get("/v1/endpoints")]
-        await self.ports.load(sorted(snapshot.get("intended", {})))
+        switches = sorted(snapshot.get("intended", {}))
+        await self.ports.load(switches)
         self._show_matrix()
         latest = await self.client.get("/v1/failovers", limit=1)
         rows = await self.client.get("/v1/reconfigurations", limit=100)
         self.reconfigurations.show(reversed(rows))
+        self.events.backlog(snapshot.get("seq"), rows, latest)
+        self._set_unable(await unable(self.client, self.lab_endpoints, switches))
+        self.banner.clear()
         self.hosts.show(snapshot.get("hosts", []), snapshot.get("jobs", []))
         self.failover.show(latest[0] if latest else None)
         self.stale_since = None
@@ -250,7 +289,9 @@ class LabApp(App[None]):
         self.tabs[tab].take_keys()
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.tabs[self.query_one(TabbedContent).active].HELP))
+        text = self.tabs[self.query_one(TabbedContent).active].HELP
+        off = [f"{CHANGES[action]} ({action}): {why}" for action, why in self.unable.items()]
+        self.push_screen(HelpScreen(text, off))
 
     def action_filter(self) -> None:
         """Filter the events on the Events tab, the port map everywhere else."""
@@ -266,18 +307,21 @@ class LabApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette (ctrl+p): labd's actions and tabs beside Textual's own."""
         yield from super().get_system_commands(screen)
-        for title, what, action in (
+        for title, what, name in (
                 ("Make a circuit", "between two endpoints, on every switch it crosses",
-                 self.action_circuit),
-                ("Connect a raw pair", "two ports of one switch", self.action_pair),
+                 "circuit"),
+                ("Connect a raw pair", "two ports of one switch", "pair"),
                 ("Break", "the circuit or raw pair through the port under the cursor",
-                 self.action_break),
+                 "break"),
                 ("Measure reconfiguration latency", "toggle, random, permutation or sweep "
-                 "on a switch's free ports", self.action_measure),
-                ("Run a failover drill", "fail a member GPU; watch the recovery",
-                 self.action_drill),
-                ("Resync", "from a fresh snapshot", self.action_resync)):
-            yield SystemCommand(title, what, action)
+                 "on a switch's free ports", "measure"),
+                ("Run a failover drill", "fail a member GPU; watch the recovery", "drill")):
+            if name in self.unable:  # offered, but it says why it cannot work here
+                yield SystemCommand(title, f"off: {self.unable[name]}",
+                                    partial(self.action_why_not, name))
+            else:
+                yield SystemCommand(title, what, getattr(self, f"action_{name}"))
+        yield SystemCommand("Resync", "from a fresh snapshot", self.action_resync)
         for tab in self.tabs:
             yield SystemCommand(f"Show {tab}", f"the {tab} tab", partial(self.action_goto, tab))
 

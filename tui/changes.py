@@ -79,8 +79,8 @@ class Changes:
         example = list(endpoints[:2]) or ["h0.nic0", "h1.nic0"]
         known = {"src": endpoints, "dst": endpoints} if endpoints else None
         self.app.push_screen(FormScreen("Make a circuit", [
-            ("src", f"from endpoint, e.g. {example[0]}", ""),
-            ("dst", f"to endpoint, e.g. {example[-1]}", "")], choices=known), typed)
+            ("src", f"From endpoint (e.g. {example[0]})", ""),
+            ("dst", f"To endpoint (e.g. {example[-1]})", "")], choices=known), typed)
 
     async def _plan_then_ask(self, src: str, dst: str) -> None:
         try:
@@ -112,8 +112,8 @@ class Changes:
             self.pair_here(answer["switch"], a, b)
 
         self.app.push_screen(FormScreen("Connect a raw pair on one switch", [
-            ("switch", "switch id", at[0] if at else ""),
-            ("a", "port", str(at[1]) if at else ""), ("b", "other port", "")]), typed)
+            ("switch", "Switch", at[0] if at else ""),
+            ("a", "Port", str(at[1]) if at else ""), ("b", "Other port", "")]), typed)
 
     def pair_here(self, switch: str, a: int, b: int) -> None:
         """The raw pair a↔b on ``switch``, after asking (the matrix's cursor names both)."""
@@ -181,10 +181,10 @@ class Changes:
             self.app.run_worker(self._measure(plan, shown_on), group="measure", exclusive=True)
 
         self.app.push_screen(FormScreen("Measure reconfiguration latency on free ports", [
-            ("switch", "switch id", at[0] if at else ""),
-            ("pattern", "toggle | random | permutation | sweep", "toggle"),
-            ("rounds", "reconfigurations (per batch size)", "20"),
-            ("k", "pairs per batch (random)", "1")]), typed)
+            ("switch", "Switch", at[0] if at else ""),
+            ("pattern", "Pattern: toggle, random, permutation or sweep", "toggle"),
+            ("rounds", "Rounds: reconfigurations per batch size", "20"),
+            ("k", "k: pairs per batch (random)", "1")]), typed)
 
     async def _measure(self, plan: ReconfigPlan, tab: ReconfigurationsTab) -> None:
         self.goto(str(tab.id))

@@ -1,7 +1,7 @@
 """A switch as a matrix: ingress ports down, egress ports across, a mark where a pair
-connects them, coloured by the light on it. Drawn with Textual's Line API: only the lines
-and columns in view are drawn, so a 384x384 switch (147,456 cells) costs what the screen
-holds, not a widget per cell.
+connects them, its glyph and colour telling the light on it. Drawn with Textual's Line
+API: only the lines and columns in view are drawn, so a 384x384 switch (147,456 cells)
+costs what the screen holds, not a widget per cell.
 
 ``Grid`` is what is drawn (pure, from the daemon's answers); ``MatrixView`` draws it, keeps
 the cursor on a cell (an ingress and an egress port) and zooms: a cell is 1 to 3 columns
@@ -32,6 +32,10 @@ ZOOMS: tuple[tuple[int, int], ...] = ((8, 1), (4, 1), (2, 1), (1, 1), (1, 2), (1
 DEFAULT_ZOOM = 4
 #: Lines above the cells: the egress ports' numbers.
 HEADER = 1
+#: Each cell's mark, by what is there: a glyph each, so that the light reads without
+#: colour (a monochrome terminal, a colour-blind reader); the colour repeats it.
+MARKS = {"lit": "●", "weak": "◐", "dark": "○", "unmetered": "◇", "failed": "✕",
+         "free": "·"}
 
 
 def parse_size(size: str | None, ports: int) -> tuple[int, int]:
@@ -314,12 +318,12 @@ class MatrixView(ScrollView, can_focus=True):
         for cell in self._visible_cells(width):
             mark = marks.get(cell)
             if mark is not None:
-                text, style = "●", self._style(mark)
+                text, style = MARKS[mark], self._style(mark)
             else:
                 cols = grid.cols[cell * block:(cell + 1) * block]
                 failed = failed_row or any(grid.state.get(p) == "failed" for p in cols)
-                text, style = ("✕", self._style("failed")) if failed else \
-                    ("·", self._style("free"))
+                text, style = (MARKS["failed"], self._style("failed")) if failed else \
+                    (MARKS["free"], self._style("free"))
             text = text.center(cw) if cw > 1 else text
             style = base + style
             if cursor_line and cell == cursor_cell:

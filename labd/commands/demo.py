@@ -66,6 +66,9 @@ def demo(
             run(drill, spawns=True)
     except KeyboardInterrupt:
         code = 0
+    except OSError as exc:  # the API's port taken: one line, as labd run says it
+        where = f" on port {port}" if serve else ""
+        raise fail(f"cannot serve the demo{where}: {exc}") from None
     except (LabdError, InstrumentError) as exc:
         raise fail(str(exc)) from None
     finally:

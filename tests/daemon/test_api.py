@@ -29,7 +29,7 @@ ROUTES = {
     ("GET", "/v1/jobs"), ("GET", "/v1/jobs/{job}"), ("POST", "/v1/jobs/{job}/circuits"),
     ("POST", "/v1/jobs/{job}/start"), ("POST", "/v1/jobs/{job}/stop"),
     ("POST", "/v1/jobs/{job}/spares"), ("POST", "/v1/jobs/{job}/decision"),
-    ("POST", "/v1/drills/failover"),
+    ("POST", "/v1/drills/failover"), ("GET", "/v1/drills"),
     ("GET", "/v1/failovers"), ("GET", "/v1/failovers/{failover}"),
     ("GET", "/v1/reconfigurations"), ("GET", "/v1/reconfigurations/{reconfiguration}/traces"),
     ("GET", "/v1/reconfigurations/stats"),

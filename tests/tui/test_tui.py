@@ -239,7 +239,7 @@ async def test_a_failover_drill_from_the_ui(tmp_path: Path) -> None:
         title = str(app.query_one("#failover-title", Label).render())
         assert latest["id"] is not None and title.startswith(f"failover #{latest['id']} ")
         # The Events tab told each stage as a sentence, never "#None".
-        told = [line.plain for kind, line in app.events.lines if kind == "failover"]
+        told = [line.plain for _, kind, line in app.events.lines if kind == "failover"]
         assert told and not any("None" in line for line in told)
         assert any("recovered" in line and f"(failover #{latest['id']})" in line
                    for line in told)
@@ -272,7 +272,7 @@ async def test_the_ui_marks_a_lost_daemon_stale_and_keeps_the_picture(tmp_path: 
             await app.ports.load(["ocs1"])
         assert app.query_one("#portmap", DataTable).row_count == rows
         async with asyncio.timeout(10):  # the tab posts the line to the app
-            while not any(kind == "error" for kind, _ in app.events.lines):
+            while not any(kind == "error" for _, kind, _ in app.events.lines):
                 await pilot.pause()
 
 
@@ -307,7 +307,7 @@ async def test_events_that_arrive_while_the_ui_closes_touch_no_widget(tmp_path: 
         assert app.events.is_attached and app.hosts.is_attached
         await app._apply({"kind": "job.progress", "seq": 1, "data": {"job": "ring4"}})
         app.hosts.show([], [])
-        assert app.events.lines[-1][0] == "job.progress"  # kept for when it could be shown
+        assert app.events.lines[-1][1] == "job.progress"  # kept for when it could be shown
 
 
 async def test_events_in_sentences_with_the_lab_in_the_title(tmp_path: Path) -> None:
@@ -316,8 +316,8 @@ async def test_events_in_sentences_with_the_lab_in_the_title(tmp_path: Path) -> 
         assert app.lab is not None and app.lab.startswith("tui7")
         assert app.title == f"labd · {app.lab}" and rig.daemon.url in app.sub_title
         await rig.call(lambda r: r.daemon.engine.connect_endpoints([("h0.nic0", "h1.nic0")]))
-        await until(app, lambda: any(k == "reconfiguration" for k, _ in app.events.lines))
-        line = next(line.plain for k, line in app.events.lines if k == "reconfiguration")
+        await until(app, lambda: any(k == "reconfiguration" for _, k, _ in app.events.lines))
+        line = next(line.plain for _, k, line in app.events.lines if k == "reconfiguration")
         # A wall-clock time, the kind, and a sentence: not a dict, not monotonic ns.
         assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} reconfiguration +ocs1: connected 1→9 in "
                             r"[\d.]+ ms \(api, reconfiguration #\d+\)", line), line

@@ -13,6 +13,7 @@ picture with cut text must not become the reference.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.text import Text
 from textual.pilot import Pilot
+from textual.widgets import DataTable, Input
 
 from labd.emulation.drill import hosts_ready, wait_for
 from labd.emulation.rig import Rig
@@ -39,6 +42,8 @@ from tui.tabs.ports import PortsTab
 SIZE = (110, 34)
 #: The smallest terminal the UI is made for, and a large one.
 SMALL, LARGE = (80, 24), (200, 50)
+#: The footer at 80 columns: every key it holds, whole.
+FOOTER = "q Quit c Circuit x Break m Measure d Drill / Filter r Resync ? Help"
 #: The lab's name in the title (a fixed one: the tests' labs are otherwise named apart).
 NAME = "rack-a"
 
@@ -69,8 +74,7 @@ def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = (),
             await pilot.press(*keys)
         if asks:
             await until(app, lambda: isinstance(app.screen, ConfirmScreen), timeout=30)
-        await pilot.pause()
-        lines = screen_lines(app.export_screenshot())
+        lines = screen_lines(await steady(pilot))
         inside = dialog_lines(lines)
         for text in whole:
             assert shows_whole(lines, text), f"not shown whole: {text!r} in\n" + \
@@ -79,6 +83,47 @@ def settled(*keys: str, whole: Sequence[str] = (), dialog: Sequence[str] = (),
             assert shows_whole(inside, text), f"not shown whole: {text!r} in\n" + \
                 "\n".join(inside)
     return run_before
+
+
+async def steady(pilot: Pilot[None]) -> str:
+    """The screen once it has stopped changing (a table sizes its columns when idle after
+    its rows came), with the fields' cursors still (they blink): the picture the snapshot
+    takes next."""
+    for field in pilot.app.screen.query(Input):
+        field.cursor_blink = False
+    last = ""
+    async with asyncio.timeout(30):
+        while True:
+            await pilot.pause()
+            narrow = [table for table in pilot.app.screen.query(DataTable)
+                      if not sized(table)]
+            for table in narrow:  # sized when idle: prompt it
+                table.check_idle()
+            shot = re.sub(r"terminal-\d+", "terminal", pilot.app.export_screenshot())
+            if shot == last and not narrow:
+                return shot
+            last = shot
+
+
+def sized(table: DataTable[Any]) -> bool:
+    """Every column of ``table`` is as wide as its widest cell (a table measures its new
+    rows when next idle: until then its columns are as wide as their headers)."""
+    for at, column in enumerate(table.ordered_columns):
+        if not column.auto_width:
+            continue
+        cells = [table.get_row_at(row)[at] for row in range(table.row_count)]
+        if column.content_width < max(map(cell_width, cells), default=0):
+            return False
+    return True
+
+
+def cell_width(cell: object) -> int:
+    if isinstance(cell, Text):
+        return cell.cell_len
+    try:
+        return Text.from_markup(str(cell)).cell_len
+    except Exception:  # not markup after all: the table shows it as it is
+        return Text(str(cell)).cell_len
 
 
 async def _circuits(rig: Rig) -> None:
@@ -117,9 +162,10 @@ def test_the_matrix_and_its_help(snap_compare: Any, tmp_path: Path) -> None:
         # The port map's cursor is on the mesh (the first row): ] shows the next switch.
         assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
                             run_before=settled("6", "right_square_bracket", whole=[
-                                "ocs1 8x8 (2 of 2)", "ocs1 1 → 9: connected"]))
+                                "ocs1 8x8 (2 of 2)", "ocs1 1 → 9: connected",
+                                "● lit ◐ weak ○ dark ◇ no meter", FOOTER]))
         assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
-                            run_before=settled("6", "question_mark",
+                            run_before=settled("6", "question_mark", whole=[FOOTER],
                                                dialog=[MatrixTab.HELP, KEYS]))
 
 
@@ -133,7 +179,7 @@ def test_the_first_screen_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
                                 "1 Ports 2 Hosts 3 Failover 4 Reconfigurations 5 Events "
                                 "6 Matrix",
                                 "mesh1 1-8 8 ports - no meter, 2 pairs (Enter)",
-                                "ocs1 1 9 enabled", "h0.nic0 → h1.nic0"]))
+                                "ocs1 1 9 enabled", "h0.nic0 → h1.nic0", FOOTER]))
 
 
 def test_hosts_with_a_job_and_spares(snap_compare: Any, tmp_path: Path) -> None:
@@ -176,3 +222,56 @@ def test_failover_and_reconfiguration_tabs(snap_compare: Any, tmp_path: Path) ->
                             run_before=settled("3"))
         assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SIZE,
                             run_before=settled("4"))
+
+#: Every tab and dialog at 80x24: (lab, what is done first, keys, the UI asks, texts shown
+#: whole). Each picture also shows the footer whole.
+AT_80X24: dict[str, tuple[str, Callable[[Rig], Coroutine[Any, Any, None]] | None,
+                          tuple[str, ...], bool, tuple[str, ...]]] = {
+    "hosts": ("ring", None, ("2",), False, ()),
+    "failover": ("lab", _history, ("3",), False, ("light_verified",)),
+    "reconfigurations": ("lab", _history, ("4",), False, ()),
+    "events": ("lab", _history, ("5",), False, ("reconfiguration #12",)),
+    "circuit-form": ("lab", None, ("c",), False, ("From endpoint (e.g. h0.nic0)",
+                                                   "To endpoint (e.g. h1.nic0)")),
+    "pair-form": ("lab", None, ("p",), False, ("Switch", "Other port")),
+    "measure-form": ("lab", None, ("m",), False, (
+        "Pattern: toggle, random, permutation or sweep",
+        "Rounds: reconfigurations per batch size", "k: pairs per batch (random)")),
+    "break-confirm": ("lab", _circuits, ("down", "x"), True, (
+        "Break the circuit h0.nic0 → h1.nic0 (on every switch it crosses)?",)),
+    "matrix-go-form": ("lab", _circuits, ("6", "right_square_bracket", "g"), False, (
+        "Ingress port (now 1)",)),
+    "matrix-pair-confirm": ("lab", None, ("6", "right_square_bracket", "enter"), True, (
+        "Connect ocs1 port 1 to port 9 (a raw pair, no endpoints)?",)),
+    "drill-confirm": ("ring", None, ("d",), True, ("Run a failover drill",)),
+}
+
+
+@pytest.mark.parametrize("view", list(AT_80X24))
+def test_every_tab_and_dialog_at_80x24(snap_compare: Any, tmp_path: Path, view: str) -> None:
+    lab, before, keys, asks, whole = AT_80X24[view]
+    with background_rig(tmp_path, f"snap-{view}", ring_lab() if lab == "ring" else LAB,
+                        name=NAME) as bg:
+        if lab == "ring":
+            bg.run(lambda rig: wait_for(rig.daemon.hub, lambda: hosts_ready(rig.daemon), 30,
+                                        "every host online"))
+        if before is not None:
+            bg.run(before)
+        assert snap_compare(LabApp(bg.rig.daemon.url, "t"), terminal_size=SMALL,
+                            run_before=settled(*keys, asks=asks, whole=[*whole, FOOTER]))
+
+
+def test_a_daemon_that_cannot_be_reached_at_80x24(snap_compare: Any) -> None:
+    """Port 9 (discard): nothing listens there on a test machine."""
+    url = "http://127.0.0.1:9"
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        app = pilot.app
+        assert isinstance(app, LabApp)
+        async with asyncio.timeout(30):
+            await app.stale.wait()
+        lines = screen_lines(await steady(pilot))
+        for text in (app.banner.text, FOOTER, "labd — daemon not reachable"):
+            assert shows_whole(lines, text), "\n".join(lines)
+
+    assert snap_compare(LabApp(url, "t"), terminal_size=SMALL, run_before=run_before)

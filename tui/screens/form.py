@@ -22,8 +22,9 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
 
     def __init__(self, title: str, fields: list[tuple[str, str, str]], *,
                  choices: dict[str, Sequence[str]] | None = None) -> None:
-        """``fields``: (id, placeholder, initial value); ``choices``: what a field's value
-        may be, by its id, offered as it is typed (→ or End takes the offer)."""
+        """``fields``: (id, label, initial value), the label shown above the field (a
+        placeholder alone goes once the field holds a value); ``choices``: what a field's
+        value may be, by its id, offered as it is typed (→ or End takes the offer)."""
         super().__init__()
         self.title_text = title
         self.fields = fields
@@ -33,9 +34,11 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
         with dialog():
             yield Label(f"{self.title_text} (Enter: next field, then go; Esc cancels)",
                         markup=False)
-            for field_id, placeholder, value in self.fields:
+            for field_id, label, value in self.fields:
                 known = self.choices.get(field_id)
-                yield Input(value=value, placeholder=placeholder, id=field_id,
+                yield Label(label, id=f"{field_id}-label", classes="field-label",
+                            markup=False)
+                yield Input(value=value, id=field_id,
                             suggester=SuggestFromList(known, case_sensitive=False)
                             if known else None)
 

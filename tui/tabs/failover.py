@@ -25,6 +25,8 @@ class FailoverTab(Pane):
     def __init__(self) -> None:
         super().__init__("3 Failover", "failover")
         self.latest: dict[str, Any] | None = None
+        self.drill_off: str | None = None
+        """Why d cannot run a drill on this daemon, if it cannot."""
 
     def compose(self) -> ComposeResult:
         yield Label("no failover yet", id="failover-title")
@@ -43,7 +45,9 @@ class FailoverTab(Pane):
         title = self.query_one("#failover-title", Label)
         t = self.latest
         if t is None:
-            title.update("no failover yet (d runs a drill where the hosts are emulated)")
+            title.update("no failover yet (d runs a drill where the hosts are emulated)"
+                         if self.drill_off is None else
+                         f"no failover yet; d is off here: {self.drill_off}")
             return
         plan = t.get("plan") or {}
         # A recovery is numbered when the daemon records it, at its end (or when it waits
@@ -56,6 +60,17 @@ class FailoverTab(Pane):
                      f"{t['member']} → {plan.get('spare', 'no spare')}: {t['outcome']} "
                      f"{t.get('detail') or ''}".rstrip())
         offsets = t.get("since_failure_ms", {})
-        for stage in STAGES:
+        for stage in in_time_order(offsets):
             value = offsets.get(stage)
             table.add_row(stage, "…" if value is None else f"{value:.2f}", key=stage)
+
+
+def in_time_order(offsets: dict[str, float | None]) -> list[str]:
+    """The stages as they happened: by their time after the failure, those not reached
+    last, in their usual order (labd.vocabulary.STAGES). Stages overlap: the light can be
+    verified before the last switch acknowledges, and a table in the usual order then
+    reads backwards in time."""
+    order = {stage: i for i, stage in enumerate(STAGES)}
+    known = [*STAGES, *sorted(set(offsets) - set(STAGES))]
+    return sorted(known, key=lambda s: (offsets.get(s) is None, offsets.get(s) or 0.0,
+                                        order.get(s, len(order))))

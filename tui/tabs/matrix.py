@@ -10,21 +10,23 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Label
 
-from tui.matrix import ZOOMS, Grid, MatrixView
+from tui.matrix import MARKS, ZOOMS, Grid, MatrixView
 from tui.screens.form import FormScreen
 from tui.tabs.pane import Pane
 
-#: The legend: what each mark means, by the style it is drawn in.
-LEGEND = (("●", "lit", "lit"), ("●", "weak", "weak"), ("●", "dark", "dark"),
-          ("●", "unmetered", "no meter"), ("·", "free", "free"), ("✕", "failed", "failed"))
+#: The legend: each mark, the style it is drawn in, and what it means.
+LEGEND = tuple((MARKS[style], style, words) for style, words in (
+    ("lit", "lit"), ("weak", "weak"), ("dark", "dark"), ("unmetered", "no meter"),
+    ("free", "free"), ("failed", "failed")))
 
 
 class MatrixTab(Pane):
     """A switch's cross-connects as a matrix; the port map's data, drawn another way."""
 
-    HELP = ("One switch as a matrix: ingress ports down, egress ports across; ● where a pair "
-            "connects them, coloured by the light on it (green lit, yellow weak, red dark, "
-            "plain: no meter reads it), · free, ✕ a failed port. Arrows move the cursor, "
+    HELP = ("One switch as a matrix: ingress ports down, egress ports across; a mark where "
+            "a pair connects them, telling the light on it by glyph and colour: ● lit "
+            "(green), ◐ weak (yellow), ○ dark (red), ◇ no meter reads it; · free, ✕ a "
+            "failed port. Arrows move the cursor, "
             "PgUp/PgDn a screen (shift+arrows across), Home/End the corners, g goes to a "
             "port; + and - zoom (out to a block of 8 ports a cell); [ and ] show the "
             "previous or next switch. Enter or p connects the pair under the cursor, x "
@@ -145,5 +147,5 @@ class MatrixTab(Pane):
                             severity="warning")
 
         self.app.push_screen(FormScreen(f"Go to a port of {at[0]}", [
-            ("ingress", f"ingress port (now {at[1]})", ""),
-            ("egress", f"egress port (now {at[2]})", "")]), typed)
+            ("ingress", f"Ingress port (now {at[1]})", ""),
+            ("egress", f"Egress port (now {at[2]})", "")]), typed)

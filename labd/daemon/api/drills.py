@@ -12,6 +12,19 @@ from labd.daemon.api.deps import ADMIN, ServicesDep
 
 router = APIRouter()
 
+#: Why a drill cannot run here: the one sentence the refusal and the read both give.
+NO_DRILLS = ("failover drills need the lab's GPU hosts emulated by this daemon (labd run "
+             "on a lab whose hosts are emulate = true, or labd demo --serve)")
+
+
+@router.get("/v1/drills")
+async def drills(services: ServicesDep) -> dict[str, Any]:
+    """Which drills this daemon can run, and why not where it cannot: a client offers the
+    drill only where it would be accepted, rather than asking and then being refused."""
+    available = services.drills is not None
+    return {"failover": {"available": available,
+                         "reason": None if available else NO_DRILLS}}
+
 
 @router.post("/v1/drills/failover", **ADMIN, status_code=202)
 async def drill(body: DrillBody, services: ServicesDep) -> dict[str, Any]:
@@ -19,7 +32,5 @@ async def drill(body: DrillBody, services: ServicesDep) -> dict[str, Any]:
     recover the job, then repair the member and return it as a spare. Follow it by the
     ``drill`` and ``failover`` events."""
     if services.drills is None:
-        raise HTTPException(409, "failover drills need the lab's GPU hosts emulated by "
-                                 "this daemon (labd run on a lab whose hosts are "
-                                 "emulate = true, or labd demo --serve)")
+        raise HTTPException(409, NO_DRILLS)
     return services.drills.start(body.job, body.member, body.kind)
