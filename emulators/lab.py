@@ -21,6 +21,7 @@ from emulators.physics.timing import TimingModel
 from emulators.wire.faults import METER_FAULT_KINDS, Faults, parse_fault
 from emulators.wire.hislip import HislipEndpoint
 from emulators.wire.server import Endpoint, Interface
+from emulators.wire.vxi11 import Vxi11Endpoint
 
 
 class Device(Protocol):
@@ -70,7 +71,7 @@ class OpticsSpec:
 @dataclass
 class ServeSpec:
     port: int = 0
-    serve: str = "tcp"  # or "pty", or "hislip" (an SCPI interface as VISA's TCPIP INSTR)
+    serve: str = "tcp"  # or "pty", or "hislip"/"vxi11" (SCPI as VISA's TCPIP INSTR)
 
 
 @dataclass
@@ -124,7 +125,7 @@ class EmulatedLab:
         self.devices: dict[str, Device] = {s.id: build_device(s) for s in specs}
         self.optics = self._wire(optics) if optics is not None else None
         self.endpoints: dict[str, dict[str, str]] = {}
-        self._servers: dict[str, list[Endpoint | HislipEndpoint]] = {}
+        self._servers: dict[str, list[Endpoint | HislipEndpoint | Vxi11Endpoint]] = {}
         self._control = control
         self._control_host, self._control_port = control_host, control_port
         self.control_url = ""
@@ -159,10 +160,15 @@ class EmulatedLab:
                 servers = []
                 for iface_name, iface in device.interfaces().items():
                     where = spec.serve.get(iface_name, ServeSpec())
-                    endpoint: Endpoint | HislipEndpoint
+                    endpoint: Endpoint | HislipEndpoint | Vxi11Endpoint
                     if where.serve == "hislip":
                         endpoint = HislipEndpoint(iface, device.faults, host=spec.host,
                                                   port=where.port)
+                    elif where.serve == "vxi11":
+                        # The portmapper needs port 111: a loopback address of its own.
+                        endpoint = Vxi11Endpoint(iface, device.faults, host="127.0.0.2"
+                                                 if spec.host == "127.0.0.1" else spec.host,
+                                                 port=where.port)
                     else:
                         endpoint = Endpoint(iface, device.faults, host=spec.host,
                                             port=where.port, serve=where.serve)

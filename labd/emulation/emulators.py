@@ -67,9 +67,9 @@ def spec_for(entry: Instrument) -> EmulatorSpec:
     port = 0
     if entry.address and entry.address.startswith("tcp://"):
         port = urlsplit(entry.address).port or 0
-    if entry.emulator.serve == "hislip" and interface != "scpi":
-        raise ValueError(f"field 'emulator': serve = \"hislip\" is for SCPI instruments; "
-                         f"{entry.driver} speaks {interface}: use tcp or pty")
+    if entry.emulator.serve in ("hislip", "vxi11") and interface != "scpi":
+        raise ValueError(f"field 'emulator': serve = \"{entry.emulator.serve}\" is for SCPI "
+                         f"instruments; {entry.driver} speaks {interface}: use tcp or pty")
     default = "pty" if kind == "mesh" else "tcp"
     serve = {interface: ServeSpec(port=port, serve=entry.emulator.serve or default)}
     return EmulatorSpec(entry.id, kind, options, entry.emulator.timing(), serve)

@@ -47,9 +47,10 @@ class EmulatorSettings(Strict):
     profile: Literal["mixnet-polatis-tl1"] | None = None
     """A switch's time as a publication measured it (docs/emulators.md, "Timing profiles");
     ``switch_time_ms``/``per_pair_ms`` given beside it replace it, ``jitter_ms`` adds."""
-    serve: Literal["tcp", "pty", "hislip"] | None = None
-    """Where the emulator listens: a TCP port, a pty (a serial line), or HiSLIP (an SCPI
-    instrument as VISA's ``TCPIP::…::INSTR``, reached by the daemon through pyvisa).
+    serve: Literal["tcp", "pty", "hislip", "vxi11"] | None = None
+    """Where the emulator listens: a TCP port, a pty (a serial line), or HiSLIP or VXI-11
+    (an SCPI instrument as VISA's ``TCPIP::…::INSTR``, reached by the daemon through
+    pyvisa; VXI-11's portmapper takes port 111 on 127.0.0.2, which needs root).
     Default: pty for serial devices (the mesh's driver board), TCP otherwise."""
     options: dict[str, Any] = Field(default_factory=dict, max_length=64)
     """Device options of the emulator (the protocols' [?] items): see docs/emulators.md."""

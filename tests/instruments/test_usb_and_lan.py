@@ -171,3 +171,71 @@ def test_hislip_is_for_scpi_instruments_only(tmp_path: Path) -> None:
     _, path = write_lab(tmp_path, "tl1", tl1)
     with pytest.raises(LabFileError, match=r"id 'ocs1'.*hislip.*SCPI instruments"):
         emulated_lab(load_lab(path))
+
+
+def spare_loopback_port_111() -> bool:
+    """Whether VXI-11's portmapper can have port 111 on 127.0.0.2 here (root, and free)."""
+    try:
+        with socket.create_server(("127.0.0.2", 111)):
+            return True
+    except OSError:
+        return False
+
+
+needs_port_111 = pytest.mark.skipif(
+    not spare_loopback_port_111(),
+    reason="VXI-11's portmapper needs port 111 on 127.0.0.2: root, and nothing there")
+
+
+@needs_port_111
+async def test_pyvisa_and_labds_driver_speak_vxi11_to_the_emulated_keysight() -> None:
+    specs = [EmulatorSpec("pm1", "keysight", {"noise_db": 0.0}, {},
+                          {"scpi": ServeSpec(serve="vxi11")})]
+    async with EmulatedLab(specs, optics=WIRING) as lab:
+        address = lab.endpoints["pm1"]["scpi"]
+        assert address == "visa://TCPIP::127.0.0.2::inst0::INSTR"
+        said = await asyncio.to_thread(with_pyvisa, address.removeprefix("visa://"))
+        assert said["idn"].startswith("Keysight Technologies,N774")
+        assert said["dbm"] == pytest.approx(-1.0, abs=0.01)
+        assert said["stb"] == 0 and said["errors"].startswith("+0")
+        async with KeysightN77xx(address, name="pm1") as pm:
+            assert await pm.read_power(1) == pytest.approx(-1.0, abs=0.01)
+
+
+@needs_port_111
+async def test_hostile_rpc_is_refused_and_the_vxi11_server_serves_on() -> None:
+    from emulators.wire import vxi11
+
+    specs = [EmulatorSpec("pm1", "keysight", {}, {}, {"scpi": ServeSpec(serve="vxi11")})]
+    async with EmulatedLab(specs) as lab:
+        def call(port: int, body: bytes, *, header: bytes | None = None) -> bytes:
+            with socket.create_connection(("127.0.0.2", port), timeout=5) as sock:
+                sock.sendall(header if header is not None else
+                             struct.pack(">I", 0x8000_0000 | len(body)) + body)
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+                    if len(reply) >= 4 and len(reply) >= 4 + (
+                            struct.unpack(">I", reply[:4])[0] & 0x7FFF_FFFF):
+                        break
+                return reply
+
+        def rpc(program: int, version: int, procedure: int, args: bytes) -> bytes:
+            return struct.pack(">10I", 7, 0, 2, program, version, procedure, 0, 0, 0, 0) + args
+
+        # GETPORT says where the core channel is; an unknown procedure and arguments cut
+        # short are refused by the RPC layer's own codes.
+        port = struct.unpack(">I", (await asyncio.to_thread(call, 111, rpc(
+            vxi11.PORTMAPPER, 2, vxi11.GETPORT,
+            struct.pack(">4I", vxi11.CORE, 1, 6, 0))))[-4:])[0]
+        assert port > 0
+        accept = await asyncio.to_thread(call, port, rpc(vxi11.CORE, 1, 99, b""))
+        assert struct.unpack(">I", accept[-4:])[0] == vxi11.PROC_UNAVAIL
+        short = await asyncio.to_thread(call, port, rpc(vxi11.CORE, 1, vxi11.DEVICE_WRITE,
+                                                        b"\0\0"))
+        assert struct.unpack(">I", short[-4:])[0] == vxi11.GARBAGE_ARGS
+        # A record that says it is a gigabyte long: the connection is closed, not read.
+        assert await asyncio.to_thread(call, port, b"", header=struct.pack(
+            ">I", 0x8000_0000 | (1 << 30))) == b""
+        said = await asyncio.to_thread(with_pyvisa, lab.endpoints["pm1"]["scpi"][7:])
+        assert said["idn"].startswith("Keysight Technologies")
