@@ -258,7 +258,27 @@ def from_visa(resource: str) -> Target | None:
     asrl = re.match(r"^ASRL(/dev/[^:]+)::INSTR$", resource)
     if asrl:
         return Target(f"serial://{asrl.group(1)}", "serial", f"VISA {resource}")
-    return Target(f"visa://{resource}", "visa")
+    return Target(f"visa://{resource}", "visa", usb_note(resource))
+
+
+#: USB test-and-measurement devices known by their IDs (docs/protocols.md §11.2).
+USB_IDS = {(0x1313, 0x8072): "Thorlabs PM100USB", (0x1313, 0x8078): "Thorlabs PM100D"}
+
+
+def usb_note(resource: str) -> str:
+    """What a USB resource's IDs say before it is asked, and why it may not answer: a
+    serial number pyvisa-py could not read (``???``) means this user may not open the
+    device."""
+    usb = re.match(r"^USB\d*::(0x[0-9A-Fa-f]+|\d+)::(0x[0-9A-Fa-f]+|\d+)::([^:]*)", resource)
+    if usb is None:
+        return ""
+    ids = (int(usb.group(1), 0), int(usb.group(2), 0))
+    note = f"USB {ids[0]:04x}:{ids[1]:04x}" + (f", {USB_IDS[ids]}" if ids in USB_IDS else "")
+    if usb.group(3) == "???":
+        note += (": its serial number could not be read, so this user may not open the "
+                 "device: give it access (a udev rule for the USB IDs), or use the kernel's "
+                 "usbtmc driver (usbtmc:///dev/usbtmc0)")
+    return note
 
 
 PREFIX = {"polatis-scpi": "ocs", "polatis-tl1": "ocs", "calient-tl1": "ocs",
@@ -295,7 +315,8 @@ def report(found: list[Found], listed_serial: list[Target], listed_visa: list[st
     lines = ["# labd discover: identity queries only (*IDN?, RTRV-NETYPE, id?)"]
     if listed_visa is not None:
         lines.append(f"# VISA resources ({len(listed_visa)}):")
-        lines += [f"#   {r}" for r in listed_visa] or ["#   none"]
+        lines += [f"#   {r}" + (f"  {note}" if (note := usb_note(r)) else "")
+                  for r in listed_visa] or ["#   none"]
     elif visa_error:
         lines.append(f"# VISA resources: not listed ({visa_error})")
     if listed_serial:

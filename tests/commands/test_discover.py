@@ -24,6 +24,7 @@ from labd.commands.discover import (
     from_visa,
     parse_targets,
     recognise,
+    report,
     summary,
 )
 from labd.lab.loader import load_lab
@@ -123,7 +124,11 @@ def test_sizes_channels_and_summaries() -> None:
     assert from_visa("ASRL/dev/ttyUSB0::INSTR") == Target("serial:///dev/ttyUSB0", "serial",
                                                           "VISA ASRL/dev/ttyUSB0::INSTR")
     assert from_visa("USB0::0x1313::0x8078::P0012345::INSTR") == Target(
-        "visa://USB0::0x1313::0x8078::P0012345::INSTR", "visa")
+        "visa://USB0::0x1313::0x8078::P0012345::INSTR", "visa", "USB 1313:8078, Thorlabs PM100D")
+    # pyvisa-py's ??? serial: this user may not open the device, and the listing says so.
+    unreadable = report([], [], ["USB0::4883::32882::???::INSTR"], "")
+    assert "USB 1313:8072, Thorlabs PM100USB: its serial number could not be read" in unreadable
+    assert "udev rule" in unreadable
     assert from_visa("PRLGX-ASRL::/dev/ttyS0::INTFC") is None
 
 
