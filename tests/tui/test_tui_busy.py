@@ -236,3 +236,28 @@ async def test_form_fields_keep_their_labels_once_filled(tmp_path: Path) -> None
         assert [app.screen.query_one(f"#{i}", Input).value for i in
                 ("pattern", "rounds", "k")] == ["toggle", "20", "1"]
         await pilot.press("escape")
+
+
+async def test_the_ports_tab_shows_what_a_client_holds(tmp_path: Path) -> None:
+    import httpx
+
+    async with small(tmp_path, "holds") as (rig, app, pilot):
+        assert not app.query_one("#holds").display  # nothing held: no line
+        async with httpx.AsyncClient(base_url=rig.daemon.url,
+                                     headers={"Authorization": "Bearer t"}) as http:
+            made = await http.post("/v1/holds", json={
+                "switch": "ocs1", "ports": [1, 9], "holder": "alice: scan 42", "ttl_s": 60})
+            assert made.status_code == 201, made.text
+            app.synced.clear()
+            await pilot.press("r")
+            async with asyncio.timeout(15):
+                await app.synced.wait()
+            await until(app, lambda: app.query_one("#holds").display)
+            lines = screen_lines(app.export_screenshot())
+            assert any("held: ocs1 1, 9 by alice: scan 42" in line for line in lines), lines
+            (await http.delete(f"/v1/holds/{made.json()['id']}")).raise_for_status()
+        app.synced.clear()
+        await pilot.press("r")
+        async with asyncio.timeout(15):
+            await app.synced.wait()
+        await until(app, lambda: not app.query_one("#holds").display)

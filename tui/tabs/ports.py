@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.message import Message
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
 from labd.client.api import DaemonClient
 from labd.errors import DaemonError
@@ -77,6 +77,7 @@ class PortsTab(Pane):
                     id="port-filter")
         yield DataTable(id="portmap", zebra_stripes=True, cursor_type="row")
         yield DataTable(id="paths", cursor_type="row")
+        yield Static(id="holds")
 
     def on_mount(self) -> None:
         portmap = self.query_one("#portmap", DataTable)
@@ -85,6 +86,7 @@ class PortsTab(Pane):
         paths = self.query_one("#paths", DataTable)
         paths.add_columns("mesh", "ports", "circuit", "path (element ═ bar, ╳ cross)")
         paths.display = False
+        self.query_one("#holds", Static).display = False
 
     # -- what the daemon says ---------------------------------------------------------------
     async def load(self, switches: list[str]) -> None:
@@ -97,7 +99,27 @@ class PortsTab(Pane):
             if state.get("paths") is not None:
                 self.mesh_paths[switch] = state
         await self._load_circuits()
+        await self.load_holds()
         self.draw()
+
+    async def load_holds(self) -> None:
+        """The ports clients hold (``GET /v1/holds``): a plan's, a script's; others'
+        changes to them are refused, naming the holder."""
+        try:
+            holds = await self.client.get("/v1/holds")
+        except DaemonError:
+            return  # an older daemon, or gone: the last line stays until the next read
+        self.show_holds(holds if isinstance(holds, list) else [])
+
+    def show_holds(self, holds: list[dict[str, Any]]) -> None:
+        """One line under the map while anything is held; none otherwise."""
+        line = self.query_one("#holds", Static)
+        line.display = bool(holds)
+        if holds:
+            said = [f"{h.get('switch')} {', '.join(map(str, h.get('ports') or []))} by "
+                    f"{h.get('holder')}" for h in holds[:4]]
+            more = f"; {len(holds) - 4} more" if len(holds) > 4 else ""
+            line.update(Text(f"held: {'; '.join(said)}{more}", style="bold yellow"))
 
     async def _load_circuits(self) -> None:
         try:
@@ -141,6 +163,7 @@ class PortsTab(Pane):
         for switch in sorted(switches):
             await self._load_ports(switch)
         await self._load_circuits()
+        await self.load_holds()  # a plan's changes come with its hold
         self.draw()
         self.post_message(self.Redrawn())
 
