@@ -4,7 +4,9 @@ lab has no broker, over HTTP: labd.agent.links).
 Topics (``<lab>`` and ``<host>`` as in the lab file):
 
 ``labd/<lab>/hosts/<host>/status``     retained: ``online``; ``offline`` as the last will
-``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts
+``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts,
+                                       its NICs' links and its jobs' runs (what the
+                                       events announced, for a daemon that lost some)
 ``labd/<lab>/hosts/<host>/events``     when a GPU's verdict changes, a NIC's link changes,
                                        or a job makes progress (labd.agent.runner)
 ``labd/<lab>/hosts/<host>/job``        the daemon's commands: start/stop a job (subscribed)
@@ -112,7 +114,7 @@ class Agent:
         # Built without validation: every field is the agent's own, of its declared type.
         beat = Heartbeat.model_construct(
             host=self.host, sent_ns=None, at_ns=time.monotonic_ns(), interval_s=self.interval,
-            lost_gpu=lost, error=error, nics=None,
+            lost_gpu=lost, error=error, nics=None, jobs=self.jobs.state(),
             gpus=[{"index": i, "health": v.health.value, "reasons": list(v.reasons),
                    "uuid": by_index[i].uuid if i in by_index else None}
                   for i, v in sorted(verdicts.items())])
@@ -216,6 +218,8 @@ class Agent:
                     async with asyncio.timeout(self.interval / 4):
                         await self._outbox.join()
             snap.nics = dict(self.links)
+            # As of now: the progress its events announce, for a daemon that lost them.
+            snap.jobs = self.jobs.state()
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
             # An early wake (a change) sends an extra heartbeat; the cadence stays.
