@@ -102,6 +102,11 @@ class Recovery:
         self._publish(timeline)
         self.hub.publish(EventKind.JOB_STATE, state.as_dict())
 
+    async def close(self, timeline: Timeline) -> None:
+        """Record ``timeline``'s outcome as it is set, and say so (a ``failover`` event)."""
+        await self._save(timeline)
+        self._publish(timeline)
+
     async def _save(self, timeline: Timeline) -> None:
         timeline.id = await self.store.run_write(self._saving(timeline))
 
@@ -171,14 +176,57 @@ class Recovery:
             return f"GPU {gpu} of {host.id} is {health or 'not reported'}"
         return None
 
+    async def _take_up(self, state: JobState, failure: Failure, timeline: Timeline) -> bool:
+        """A recovery the leader before stopped in, carried on under its record: its
+        member still the only one down, it goes on as a recovery (True); every member
+        usable (the swap was made, or the member came back), the job is restarted where
+        it is now, since its ranks may run any run or none; else the record is closed and
+        what is down is recovered anew."""
+        timeline.reasons = [*timeline.reasons, "taken up at a takeover"]
+        down = [m for m in state.members if self._member_problem(m) is not None]
+        if down == [timeline.member] and timeline.trigger != "member-back":
+            timeline.stages["detected"] = failure.detected_ns
+            return True
+        if down:
+            await self._finish(state, timeline, "failed", (
+                f"cut off by a leader change; {', '.join(down)} "
+                f"{'is' if len(down) == 1 else 'are'} down, recovered anew"))
+            if timeline.member in down:  # resume() left it to this record
+                state.failed.discard(timeline.member)  # not dealt with: a new failure
+                state.queue.put_nowait(Failure(
+                    state.entry.id, timeline.member, timeline.host, timeline.gpu,
+                    timeline.trigger, failure.reasons, failure.failure_ns,
+                    failure.reported_ns, failure.detected_ns))
+            return False
+        state.status = "recovering"
+        self._publish(timeline)
+        state.new_run()
+        timeline.epoch = state.epoch
+        now = time.monotonic_ns()
+        problem = await self._restart(state, timeline, [], self.commands.hosts_of(state.members),
+                                      now, now)
+        if problem is not None:
+            await self._finish(state, timeline, *problem, status="degraded")
+        else:
+            await self._finish(state, timeline, "recovered", (
+                "taken up at a takeover: every member usable, the job was restarted on "
+                f"{', '.join(state.members)}"), status="running")
+        return False
+
     async def _recover(self, state: JobState, failure: Failure) -> None:
-        if failure.trigger == "member-back":
+        if failure.taken is not None:
+            timeline = failure.taken
+            if not await self._take_up(state, failure, timeline):
+                return
+        elif failure.trigger == "member-back":
             await self._heal(state, failure)
             return
-        timeline = Timeline(state.entry.id, failure.trigger, failure.member, failure.host,
-                            failure.gpu, failure.reasons,
-                            {"failure": failure.failure_ns, "reported": failure.reported_ns,
-                             "detected": failure.detected_ns})
+        else:
+            timeline = Timeline(state.entry.id, failure.trigger, failure.member, failure.host,
+                                failure.gpu, failure.reasons,
+                                {"failure": failure.failure_ns,
+                                 "reported": failure.reported_ns,
+                                 "detected": failure.detected_ns})
         if failure.member not in state.members:
             await self._finish(state, timeline, "skipped",
                                f"{failure.member} had already been replaced")
