@@ -115,12 +115,14 @@ class JobRunner:
         await self.start(command, argv)
 
     async def start(self, command: JobCommand, argv: list[str]) -> None:
-        await self.stop(command.job)
-        ranks = [r.model_dump() for r in sorted(command.ranks, key=lambda r: r.rank)]
         mine = [r for r in command.ranks if r.host == self.host]
+        # Said at once (the old run's stop may take its grace): the daemon sees the start
+        # heard, and sends it no more.
         self.runs[command.job] = RunState(
             job=command.job, epoch=command.epoch, run=command.run,
             ranks=[RankState(rank=r.rank, at={}, code=None) for r in mine])
+        await self.stop(command.job)
+        ranks = [r.model_dump() for r in sorted(command.ranks, key=lambda r: r.rank)]
         procs = []
         for spec in mine:
             env = {**os.environ, "LABD_JOB": command.job, "LABD_EPOCH": str(command.epoch),

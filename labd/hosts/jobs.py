@@ -109,8 +109,7 @@ class JobManager(HostListener):
         queued = 0
         now = time.monotonic_ns()
         # A recovery the leader before stopped in is carried on under its own record
-        # (docs/daemon.md, "A recovery cut off by a leader change"): whoever waits for its
-        # outcome gets one.
+        # (docs/reliability.md, "The run after"): whoever waits for its outcome gets one.
         taken: set[tuple[str, str]] = set()
         for timeline in self._cut_off:
             state = self.jobs[timeline.job]

@@ -24,13 +24,14 @@ is usable now (``spare-back``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from labd.errors import JobError, LabdError
+from labd.errors import BusError, JobError, LabdError
 from labd.events import EventHub
 from labd.fabric.engine import Engine, Result
 from labd.hosts.commands import JobCommands
@@ -44,6 +45,11 @@ from labd.store.writer import Store
 from labd.vocabulary import ACTIVE, STAGES, EventKind
 
 log = logging.getLogger(__name__)
+
+RESEND_INTERVALS = 3
+"""Heartbeat intervals between a restart's looks for hosts that did not get it."""
+SEND_RETRY_S = 1.0
+"""Between tries of a restart that the broker did not take (within ``start_timeout_s``)."""
 
 
 class Recovery:
@@ -353,23 +359,75 @@ class Recovery:
                                f"{state.entry.link_timeout_s:g} s")
         if links > 0:
             self._stage(timeline, "links_up", links)
-        try:
-            await self.commands.command(state, hosts, "start")
-        except LabdError as exc:
-            return "failed", f"restart not sent: {exc}"
         world = len(state.members)
+        sent: int | None = None
+        # One deadline for the whole restart, as the lab file says: its first step within
+        # start_timeout_s of the links, however many tries the start took.
         try:
-            for stage, progress in (("job_restarted", "started"),
-                                    ("collectives_ready", "ready"), ("first_step", "step")):
-                at = await self.commands.wait_for(partial(self._all_ranks, state, progress, world),
-                                          state.entry.start_timeout_s)
-                self._stage(timeline, stage, at)
+            async with asyncio.timeout(state.entry.start_timeout_s):
+                sent = await self._send_start(state, hosts)
+                at = await self._started(state, hosts, sent, world)
+                self._stage(timeline, "job_restarted", at)
+                for stage, progress in (("collectives_ready", "ready"),
+                                        ("first_step", "step")):
+                    at = await self.commands.wait_for(
+                        partial(self._all_ranks, state, progress, world),
+                        state.entry.start_timeout_s)
+                    self._stage(timeline, stage, at)
         except TimeoutError:
+            if sent is None:
+                return "failed", (f"restart not sent within {state.entry.start_timeout_s:g} s: "
+                                  "the broker did not take it")
             return "timeout", (f"the restarted job did not reach its first step within "
                                f"{state.entry.start_timeout_s:g} s")
         except JobError as exc:
             return "failed", str(exc)
+        except LabdError as exc:
+            return "failed", f"restart not sent: {exc}"
         return None
+
+    async def _send_start(self, state: JobState, hosts: set[str]) -> int:
+        """Send the start to ``hosts``; when it was sent. The broker gone in the send (or
+        away), it is tried again every SEND_RETRY_S: the agents come back to it, and so
+        does the daemon."""
+        while True:
+            try:
+                await self.commands.command(state, hosts, "start")
+                return time.monotonic_ns()
+            except BusError as exc:
+                log.warning("job %s: restart not sent (%s); trying again", state.entry.id,
+                            exc, extra={"job": state.entry.id})
+                await asyncio.sleep(SEND_RETRY_S)
+
+    async def _started(self, state: JobState, hosts: set[str], sent: int, world: int) -> int:
+        """When the last rank started. A host whose heartbeats, sent since the start was,
+        show it does not run the start (the broker acknowledged the command and died
+        before delivering it) is sent it again, every few heartbeat intervals: an agent
+        takes a start it runs already as a repeat."""
+        check = partial(self._all_ranks, state, "started", world)
+        while True:
+            every = RESEND_INTERVALS * max(
+                [h.interval_s or 1.0 for n in hosts if (h := self.hosts.hosts.get(n))]
+                or [1.0])
+            with contextlib.suppress(TimeoutError):
+                return await self.commands.wait_for(check, every)
+            unheard = {n for n in hosts if self._not_running(n, state, sent)}
+            if unheard:
+                log.warning("job %s: %s did not get its start (run %s); sending it again",
+                            state.entry.id, ", ".join(sorted(unheard)), state.run,
+                            extra={"job": state.entry.id})
+                with contextlib.suppress(LabdError):  # tried again at the next round
+                    await self.commands.command(state, unheard, "start")
+
+    def _not_running(self, host: str, state: JobState, sent: int) -> bool:
+        """Whether ``host``'s agent said, in a heartbeat sent after ``sent``, that it does
+        not run the job's current start (an agent that does not say is not judged)."""
+        seen = self.hosts.hosts.get(host)
+        if seen is None or seen.jobs is None or seen.last_sent_ns is None or \
+                seen.last_sent_ns <= sent or seen.status != "online":
+            return False
+        return not any(r["job"] == state.entry.id and r["run"] == state.run
+                       for r in seen.jobs)
 
     def _links_up(self, made: list[CircuitRoute], dispatched: int, acked: int) -> int | None:
         """When every receiving NIC of a new circuit was up (0: none of them reports its
