@@ -35,6 +35,14 @@ from labd.mqtt.credentials import BusSettings
 
 log = logging.getLogger(__name__)
 
+NEWS_BEATS = 3
+"""Heartbeats that carry the jobs' runs after they changed, and after each new link: those
+the daemon may have missed the events of (the broker died with them)."""
+JOBS_EVERY = 10
+"""And one heartbeat in this many, whatever happened: a daemon that lost its own link, or a
+start the host never heard, is put right within as many intervals. In between the field
+is left out (it would be read 4,096 times a second at a pod's size for no news)."""
+
 OUTBOX_MAX = 10_000
 """Events kept for the daemon while it is out of reach; a minute-long outage on a busy
 host queues tens (a few NIC changes, job progress at most once a second per rank)."""
@@ -114,7 +122,7 @@ class Agent:
         # Built without validation: every field is the agent's own, of its declared type.
         beat = Heartbeat.model_construct(
             host=self.host, sent_ns=None, at_ns=time.monotonic_ns(), interval_s=self.interval,
-            lost_gpu=lost, error=error, nics=None, jobs=self.jobs.state(),
+            lost_gpu=lost, error=error, nics=None,
             gpus=[{"index": i, "health": v.health.value, "reasons": list(v.reasons),
                    "uuid": by_index[i].uuid if i in by_index else None}
                   for i, v in sorted(verdicts.items())])
@@ -196,6 +204,7 @@ class Agent:
         # Heartbeats keep a fixed cadence (the daemon allows 1.5 intervals between them): the
         # time spent reading the GPUs and sending comes out of the wait, not on top of it.
         deadline = time.monotonic()
+        news, told = NEWS_BEATS, self.jobs.version  # a new link: what was sent may be lost
         while True:
             snap, verdicts = await self.snapshot()
             changed = False
@@ -219,7 +228,11 @@ class Agent:
                         await self._outbox.join()
             snap.nics = dict(self.links)
             # As of now: the progress its events announce, for a daemon that lost them.
-            snap.jobs = self.jobs.state()
+            if self.jobs.version != told:
+                news, told = NEWS_BEATS, self.jobs.version
+            if news > 0 or self.beats % JOBS_EVERY == 0:
+                snap.jobs = self.jobs.state()
+                news -= 1
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
             # An early wake (a change) sends an extra heartbeat; the cadence stays.

@@ -66,6 +66,9 @@ class JobRunner:
         """Each job's latest run here and its ranks' progress, as the heartbeat carries it:
         an event the broker lost (it died between acknowledging it and delivering it) is
         learnt from the next heartbeat."""
+        self.version = 0
+        """Bumped by every change to :attr:`runs` (the agent's heartbeats carry them while
+        that may be news)."""
         self._watchers: set[asyncio.Task[None]] = set()
 
     def state(self) -> list[RunState]:
@@ -80,7 +83,9 @@ class JobRunner:
                 if seen["rank"] == rank.rank:
                     # The first of each: what the daemon times a restart by (later steps
                     # would change every heartbeat for nothing).
-                    seen["at"].setdefault(progress, at_ns)
+                    if progress not in seen["at"]:
+                        seen["at"][progress] = at_ns
+                        self.version += 1
                     if code is not None:
                         seen["code"] = code
         await self.report(_progress(rank, progress, at_ns, step=step, code=code))
@@ -96,7 +101,8 @@ class JobRunner:
                                                        f"{first['msg']}"))
             return
         if command.action == "stop":
-            self.runs.pop(command.job, None)
+            if self.runs.pop(command.job, None) is not None:
+                self.version += 1
             await self.stop(command.job)
             return
         argv = self.commands.get(command.job)
@@ -121,6 +127,7 @@ class JobRunner:
         self.runs[command.job] = RunState(
             job=command.job, epoch=command.epoch, run=command.run,
             ranks=[RankState(rank=r.rank, at={}, code=None) for r in mine])
+        self.version += 1
         await self.stop(command.job)
         ranks = [r.model_dump() for r in sorted(command.ranks, key=lambda r: r.rank)]
         procs = []

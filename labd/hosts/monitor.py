@@ -263,8 +263,11 @@ class HostMonitor(Watchdog):
             self._set_status(state, "online")
         else:
             self._rewatch(state)
-        progress = (self._progress(state, beat.jobs)
-                    if beat.jobs is not None and beat.jobs != state.jobs else ())
+        progress: list[JobProgress] = []
+        if beat.jobs is not None:  # said in some heartbeats only (None: no news)
+            state.jobs_sent_ns = state.last_sent_ns
+            if beat.jobs != state.jobs:
+                progress = self._progress(state, beat.jobs)
         for verdict in told:
             self._tell_gpu(state, verdict, source="heartbeat")
         for link in links:

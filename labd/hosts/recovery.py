@@ -423,8 +423,8 @@ class Recovery:
         """Whether ``host``'s agent said, in a heartbeat sent after ``sent``, that it does
         not run the job's current start (an agent that does not say is not judged)."""
         seen = self.hosts.hosts.get(host)
-        if seen is None or seen.jobs is None or seen.last_sent_ns is None or \
-                seen.last_sent_ns <= sent or seen.status != "online":
+        if seen is None or seen.jobs is None or seen.jobs_sent_ns is None or \
+                seen.jobs_sent_ns <= sent or seen.status != "online":
             return False
         return not any(r["job"] == state.entry.id and r["run"] == state.run
                        for r in seen.jobs)

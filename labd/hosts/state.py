@@ -31,6 +31,9 @@ class HostState:
     jobs: list[RunState] | None = None
     """Each job's latest run on the host, from its last heartbeat that said (None: its
     agent does not say)."""
+    jobs_sent_ns: int | None = None
+    """When that heartbeat was sent (daemon clock): an agent says its runs in some
+    heartbeats only."""
     heard: set[tuple[str, str, int, str]] = field(default_factory=set)
     """(job, run, rank, progress) the daemon was told of, by an event or a heartbeat, for
     the runs the host's heartbeats list: what a heartbeat tells again is not news."""
