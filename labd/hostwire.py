@@ -326,7 +326,7 @@ def read_heartbeat(payload: bytes) -> Heartbeat:
         check(payload, what="it")  # says how large it is
     # Its nesting is not scanned before pydantic's parser, which has a depth limit of its
     # own (past it, json_invalid, and json.loads' reading below scans first): the scan
-    # would cost more than the parse for a heartbeat that lists a job's ranks (docs/scale.md).
+    # would cost more than the parse for a heartbeat that lists a job's ranks (docs/agent.md).
     if b"NaN" not in payload and b"Infinity" not in payload:
         try:
             return Heartbeat.model_validate_json(payload)

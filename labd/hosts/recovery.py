@@ -189,6 +189,10 @@ class Recovery:
         it is now, since its ranks may run any run or none; else the record is closed and
         what is down is recovered anew."""
         timeline.reasons = [*timeline.reasons, "taken up at a takeover"]
+        if state.status not in ACTIVE:
+            await self._finish(state, timeline, "failed",
+                               f"cut off by a leader change; the job is {state.status}")
+            return False
         down = [m for m in state.members if self._member_problem(m) is not None]
         if down == [timeline.member] and timeline.trigger != "member-back":
             timeline.stages["detected"] = failure.detected_ns
