@@ -20,15 +20,19 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 from typing_extensions import TypedDict
 
 from labd.errors import PayloadError
-from labd.mqtt.payload import check
+from labd.mqtt.payload import MAX_BYTES, check
 
 Health = Literal["healthy", "degraded", "failed"]
 HEALTH: tuple[Health, ...] = ("healthy", "degraded", "failed")
 Progress = Literal["started", "ready", "step", "exited"]
+PROGRESS: tuple[Progress, ...] = ("started", "ready", "step", "exited")
 #: The most GPUs a heartbeat may list (a lab file allows 64 per host).
 MAX_GPUS = 256
 #: The longest error text kept from a heartbeat.
 MAX_ERROR = 1000
+#: The most job runs, and ranks of one run, a heartbeat may list (a host runs a rank per
+#: GPU at most).
+MAX_RUNS = 64
 
 Int = Annotated[int, Strict()]
 """An integer, not a bool nor a float that happens to be whole."""
@@ -98,6 +102,32 @@ def _gpus(value: Any) -> Any:
     return kept
 
 
+def _runs(value: Any) -> list[Any] | None:
+    # What the agent runs is a hint that fills in lost events: a heartbeat is never refused
+    # for it (a heartbeat refused is a host not heard). A run or rank the daemon cannot
+    # read is left out, and a list that is no list is taken as not given.
+    if not isinstance(value, list):
+        return None
+    kept = []
+    for run in value[:MAX_RUNS]:
+        if not (isinstance(run, dict) and isinstance(run.get("job"), str)
+                and type(run.get("epoch")) is int and isinstance(run.get("run"), str)
+                and isinstance(run.get("ranks"), list)):
+            continue
+        ranks = []
+        for rank in run["ranks"][:MAX_GPUS]:
+            if not (isinstance(rank, dict) and type(rank.get("rank")) is int
+                    and isinstance(rank.get("at"), dict)):
+                continue
+            at = {k: v for k, v in rank["at"].items() if k in PROGRESS and type(v) is int}
+            code = rank.get("code")
+            ranks.append({"rank": rank["rank"], "at": at,
+                          "code": code if type(code) is int else None})
+        kept.append({"job": run["job"], "epoch": run["epoch"], "run": run["run"],
+                     "ranks": ranks})
+    return kept
+
+
 Text = Annotated[str | None, BeforeValidator(_text)]
 """A name, or nothing where the sender gave something else."""
 Reasons = Annotated[list[str], BeforeValidator(_reasons)]
@@ -111,6 +141,26 @@ class GpuVerdict(TypedDict):
     health: Health
     reasons: NotRequired[list[str]]
     uuid: NotRequired[str | None]
+
+
+class RankState(TypedDict):
+    """One rank of a run in a heartbeat: when (agent clock) it first reached each stage it
+    reached, and its exit code once it exited."""
+
+    rank: Int
+    at: dict[Progress, Int]
+    code: NotRequired[Int | None]
+
+
+class RunState(TypedDict):
+    """A job's run on the host as a heartbeat carries it: what its ``started``, ``ready``,
+    first ``step`` and ``exited`` events announced, so that the daemon learns after an
+    outage what it missed."""
+
+    job: str
+    epoch: Int
+    run: str
+    ranks: Annotated[list[RankState], Field(max_length=MAX_GPUS)]
 
 
 class Message(BaseModel):
@@ -142,6 +192,9 @@ class Heartbeat(Message):
     gpus: list[GpuVerdict] = Field(max_length=MAX_GPUS)
     nics: dict[str, Annotated[bool, Strict()]] | None = None
     """None: the agent watches no link (the daemon keeps what it knew)."""
+    jobs: Annotated[list[RunState], Field(max_length=MAX_RUNS)] | None = None
+    """Each job's latest run on the host, its ranks' progress so far; None: an agent from
+    before it was carried (the daemon learns progress from events alone)."""
 
 
 class LooseHeartbeat(Heartbeat):
@@ -156,6 +209,7 @@ class LooseHeartbeat(Heartbeat):
     error: Annotated[str | None, BeforeValidator(_error)] = None
     gpus: Annotated[list[GpuVerdict], Field(max_length=MAX_GPUS), BeforeValidator(_gpus)]
     nics: Annotated[dict[str, bool] | None, BeforeValidator(_nics)] = None
+    jobs: Annotated[list[RunState] | None, BeforeValidator(_runs)] = None
 
 
 class GpuHealth(Message):
@@ -268,7 +322,11 @@ HEARTBEAT_SHAPE = (f"'gpus' must be a list of at most {MAX_GPUS} "
 
 def read_heartbeat(payload: bytes) -> Heartbeat:
     """A heartbeat from its bytes; PayloadError says what is wrong with it."""
-    check(payload, what="it")
+    if len(payload) > MAX_BYTES:
+        check(payload, what="it")  # says how large it is
+    # Its nesting is not scanned before pydantic's parser, which has a depth limit of its
+    # own (past it, json_invalid, and json.loads' reading below scans first): the scan
+    # would cost more than the parse for a heartbeat that lists a job's ranks (docs/agent.md).
     if b"NaN" not in payload and b"Infinity" not in payload:
         try:
             return Heartbeat.model_validate_json(payload)

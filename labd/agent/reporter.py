@@ -4,7 +4,9 @@ lab has no broker, over HTTP: labd.agent.links).
 Topics (``<lab>`` and ``<host>`` as in the lab file):
 
 ``labd/<lab>/hosts/<host>/status``     retained: ``online``; ``offline`` as the last will
-``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts
+``labd/<lab>/hosts/<host>/heartbeat``  every ``interval`` s: the host's GPUs and verdicts,
+                                       its NICs' links and its jobs' runs (what the
+                                       events announced, for a daemon that lost some)
 ``labd/<lab>/hosts/<host>/events``     when a GPU's verdict changes, a NIC's link changes,
                                        or a job makes progress (labd.agent.runner)
 ``labd/<lab>/hosts/<host>/job``        the daemon's commands: start/stop a job (subscribed)
@@ -32,6 +34,14 @@ from labd.mqtt.client import backoff
 from labd.mqtt.credentials import BusSettings
 
 log = logging.getLogger(__name__)
+
+NEWS_BEATS = 3
+"""Heartbeats that carry the jobs' runs after they changed, and after each new link: those
+the daemon may have missed the events of (the broker died with them)."""
+JOBS_EVERY = 10
+"""And one heartbeat in this many, whatever happened: a daemon that lost its own link, or a
+start the host never heard, is put right within as many intervals. In between the field
+is left out (it would be read 4,096 times a second at a pod's size for no news)."""
 
 OUTBOX_MAX = 10_000
 """Events kept for the daemon while it is out of reach; a minute-long outage on a busy
@@ -194,6 +204,7 @@ class Agent:
         # Heartbeats keep a fixed cadence (the daemon allows 1.5 intervals between them): the
         # time spent reading the GPUs and sending comes out of the wait, not on top of it.
         deadline = time.monotonic()
+        news, told = NEWS_BEATS, self.jobs.version  # a new link: what was sent may be lost
         while True:
             snap, verdicts = await self.snapshot()
             changed = False
@@ -216,6 +227,12 @@ class Agent:
                     async with asyncio.timeout(self.interval / 4):
                         await self._outbox.join()
             snap.nics = dict(self.links)
+            # As of now: the progress its events announce, for a daemon that lost them.
+            if self.jobs.version != told:
+                news, told = NEWS_BEATS, self.jobs.version
+            if news > 0 or self.beats % JOBS_EVERY == 0:
+                snap.jobs = self.jobs.state()
+                news -= 1
             await link.publish("heartbeat", self.stamp(snap), reliable=False)
             self.beats += 1
             # An early wake (a change) sends an extra heartbeat; the cadence stays.

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
-from labd.hostwire import Event, JobCommand, JobError, JobProgress, Progress
+from labd.hostwire import Event, JobCommand, JobError, JobProgress, Progress, RankState, RunState
 
 __all__ = ["JobCommand", "JobRunner", "emulated_job_command"]
 
@@ -62,7 +62,33 @@ class JobRunner:
         self.commands = commands
         self.report = report
         self.running: dict[str, list[asyncio.subprocess.Process]] = {}
+        self.runs: dict[str, RunState] = {}
+        """Each job's latest run here and its ranks' progress, as the heartbeat carries it:
+        an event the broker lost (it died between acknowledging it and delivering it) is
+        learnt from the next heartbeat."""
+        self.version = 0
+        """Bumped by every change to :attr:`runs` (the agent's heartbeats carry them while
+        that may be news)."""
         self._watchers: set[asyncio.Task[None]] = set()
+
+    def state(self) -> list[RunState]:
+        """What the heartbeat says of the jobs: each one's latest run and its ranks."""
+        return list(self.runs.values())
+
+    async def _tell(self, rank: _Rank, progress: Progress, at_ns: int, *,
+                    step: int | None = None, code: int | None = None) -> None:
+        run = self.runs.get(rank.job)
+        if run is not None and run["run"] == rank.run and run["epoch"] == rank.epoch:
+            for seen in run["ranks"]:
+                if seen["rank"] == rank.rank:
+                    # The first of each: what the daemon times a restart by (later steps
+                    # would change every heartbeat for nothing).
+                    if progress not in seen["at"]:
+                        seen["at"][progress] = at_ns
+                        self.version += 1
+                    if code is not None:
+                        seen["code"] = code
+        await self.report(_progress(rank, progress, at_ns, step=step, code=code))
 
     async def handle(self, payload: bytes) -> None:
         """One command from the daemon; a bad one is answered with an error event."""
@@ -75,6 +101,8 @@ class JobRunner:
                                                        f"{first['msg']}"))
             return
         if command.action == "stop":
+            if self.runs.pop(command.job, None) is not None:
+                self.version += 1
             await self.stop(command.job)
             return
         argv = self.commands.get(command.job)
@@ -84,12 +112,24 @@ class JobRunner:
                 error=f"this agent runs no job {command.job!r}; it is configured for: "
                       f"{', '.join(self.commands) or 'none'}"))
             return
+        kept = self.runs.get(command.job)
+        if (command.run and kept is not None and kept["run"] == command.run
+                and kept["epoch"] == command.epoch and command.job in self.running):
+            # A start heard twice (QoS 1 may deliver it again; the daemon sends it again to
+            # a host whose heartbeat did not show it): its ranks run already.
+            return
         await self.start(command, argv)
 
     async def start(self, command: JobCommand, argv: list[str]) -> None:
+        mine = [r for r in command.ranks if r.host == self.host]
+        # Said at once (the old run's stop may take its grace): the daemon sees the start
+        # heard, and sends it no more.
+        self.runs[command.job] = RunState(
+            job=command.job, epoch=command.epoch, run=command.run,
+            ranks=[RankState(rank=r.rank, at={}, code=None) for r in mine])
+        self.version += 1
         await self.stop(command.job)
         ranks = [r.model_dump() for r in sorted(command.ranks, key=lambda r: r.rank)]
-        mine = [r for r in command.ranks if r.host == self.host]
         procs = []
         for spec in mine:
             env = {**os.environ, "LABD_JOB": command.job, "LABD_EPOCH": str(command.epoch),
@@ -106,7 +146,7 @@ class JobRunner:
                                            error=f"cannot start {argv[0]!r}: {exc}"))
                 continue
             procs.append(proc)
-            await self.report(_progress(base, "started", time.monotonic_ns()))
+            await self._tell(base, "started", time.monotonic_ns())
             task = asyncio.create_task(self._watch(proc, base))
             self._watchers.add(task)
             task.add_done_callback(self._watchers.discard)
@@ -123,13 +163,13 @@ class JobRunner:
                 continue
             words = line[len(PROGRESS):].split()
             if words == ["ready"]:
-                await self.report(_progress(base, "ready", now))
+                await self._tell(base, "ready", now)
             elif (len(words) == 2 and words[0] == "step" and words[1].isdigit()
                   and (not last_step_ns or now - last_step_ns >= STEP_REPORT_NS)):
                 last_step_ns = now
-                await self.report(_progress(base, "step", now, step=int(words[1])))
+                await self._tell(base, "step", now, step=int(words[1]))
         code = await proc.wait()
-        await self.report(_progress(base, "exited", time.monotonic_ns(), code=code))
+        await self._tell(base, "exited", time.monotonic_ns(), code=code)
 
     async def stop(self, job: str) -> None:
         """SIGTERM every process of the job; SIGKILL what is left after a grace period."""

@@ -60,7 +60,7 @@ class Leadership:
             return await self.lease.acquire() is not None
         except Exception as exc:  # the database's errors, whatever its driver calls them
             raise LeaseError(f"cannot reach the lease's database {where!r}: "
-                             f"{str(exc).splitlines()[0]}") from None
+                             f"{first_line(exc)}") from None
 
     async def keep(self) -> None:
         """Renew the lease (leading) or wait for it (standing by) until cancelled. Losing
@@ -116,5 +116,11 @@ class Leadership:
                 await asyncio.wait_for(lease.release(), timeout)
         except Exception as exc:  # the lease then runs out by itself
             log.warning("lab %s: the lease was not given up (%s); a standby takes over once "
-                        "it runs out", lease.name, str(exc).splitlines()[0])
+                        "it runs out", lease.name, first_line(exc))
         lease.close()
+
+
+def first_line(exc: BaseException) -> str:
+    """What ``exc`` says, its first line; its kind where it says nothing (a TimeoutError:
+    its message's first line was an IndexError that ended the step-down)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

@@ -223,7 +223,7 @@ class Lease:
                     await self.acquire()
                 self._said = ""
             except (SQLAlchemyError, OSError) as exc:
-                reason = str(exc).splitlines()[0]
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 if reason != self._said:  # once per reason, not every half second
                     log.warning("lab %s: the lease database cannot be reached (%s)",
                                 self.name, reason)

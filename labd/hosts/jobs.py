@@ -14,14 +14,22 @@ from labd.errors import JobError, UnknownJob
 from labd.events import EventHub
 from labd.fabric.engine import Engine
 from labd.hosts.commands import JobCommands
-from labd.hosts.jobstate import Failure, JobState, SendToHost, Timeline, keep, since_failure_ms
+from labd.hosts.jobstate import (
+    Failure,
+    JobState,
+    SendToHost,
+    Timeline,
+    cut_off,
+    keep,
+    since_failure_ms,
+)
 from labd.hosts.monitor import HostListener, HostMonitor
 from labd.hosts.recovery import Recovery
 from labd.hosts.state import HostState
 from labd.hostwire import GpuHealth, JobProgress, NicLink
 from labd.lab.loader import Lab
 from labd.lab.wiring import trace_circuit
-from labd.store.pools import load_pools
+from labd.store.pools import load_pools, open_timelines
 from labd.store.writer import Store
 from labd.vocabulary import ACTIVE, EventKind
 
@@ -40,6 +48,9 @@ class JobManager(HostListener):
         self.acting = True
         """False on a standby (``--ha``): host reports are not acted on (the leader does),
         until :meth:`resume` at takeover looks at what happened meanwhile."""
+        self._cut_off: list[Timeline] = []
+        """Recoveries the daemon before this one stopped in (a leader change), read at the
+        takeover's load, taken up by :meth:`resume`."""
 
     # -- lifecycle -------------------------------------------------------------------------
     async def load(self) -> None:
@@ -72,6 +83,17 @@ class JobManager(HostListener):
                 self.hub.publish(EventKind.WARNING, {"detail": (
                     f"job {pool.job}: the kept members and spares are not the lab file's "
                     "(it changed): starting from the lab file's")})
+        cut = [cut_off(row.job, row.trigger, row.stages, row.detail, row.id)
+               for row in await self.store.read(open_timelines) if row.job in self.jobs]
+        if not self.acting:  # a takeover: resume() carries them on, the hosts heard
+            self._cut_off = cut
+            return
+        # A start: the daemon that ran them is gone, and no one carries them on; a member
+        # still failed is reported again by its host's heartbeats (a new recovery).
+        for timeline in cut:
+            timeline.outcome = "failed"
+            timeline.detail = "cut off: the daemon stopped before the recovery ended"
+            await self.recovery.close(timeline)
 
     async def run(self) -> None:
         """Each job's recovery worker, until cancelled (the daemon runs it among its
@@ -86,10 +108,24 @@ class JobManager(HostListener):
         self.acting = True
         queued = 0
         now = time.monotonic_ns()
+        # A recovery the leader before stopped in is carried on under its own record
+        # (docs/reliability.md, "The run after"): whoever waits for its outcome gets one.
+        taken: set[tuple[str, str]] = set()
+        for timeline in self._cut_off:
+            state = self.jobs[timeline.job]
+            state.queue.put_nowait(Failure(
+                timeline.job, timeline.member, timeline.host, timeline.gpu, timeline.trigger,
+                timeline.reasons, timeline.stages.get("failure"),
+                timeline.stages.get("reported"), now, taken=timeline))
+            taken.add((timeline.job, timeline.member))
+            queued += 1
+        self._cut_off = []
         for state in self.jobs.values():
             if state.status not in ACTIVE:
                 continue
             for member in state.members:
+                if (state.entry.id, member) in taken:
+                    continue  # its recovery is carried on
                 where = self.lab.placement(member)
                 seen = self.hosts.hosts.get(where[0].id) if where else None
                 if where is None or seen is None:

@@ -36,6 +36,9 @@ class Failure:
     failure_ns: int | None
     reported_ns: int | None
     detected_ns: int
+    taken: Timeline | None = None
+    """The record of a recovery its daemon stopped in (a leader change), to be carried on
+    under the same record rather than begun again."""
 
 
 @dataclass
@@ -109,3 +112,21 @@ class JobState:
 def keep(state: JobState) -> Callable[..., None]:
     """The store write that keeps the job's members and spares as they are now."""
     return keep_pool(state.entry.id, state.members, state.spares, state.status, state.epoch)
+
+
+def cut_off(job: str, trigger: str | None, stages: dict[str, Any],
+            detail: dict[str, Any] | None, row: int) -> Timeline:
+    """The timeline of a recovery kept without an outcome (its daemon stopped in it), as
+    its record says."""
+    said = detail or {}
+    gpu = said.get("gpu")
+    epoch = said.get("epoch")
+    timeline = Timeline(job, trigger or str(said.get("trigger") or "gpu-failed"),
+                        str(said.get("member") or ""), str(said.get("host") or ""),
+                        gpu if type(gpu) is int else None,
+                        [str(r) for r in said.get("reasons") or []],
+                        {k: v for k, v in (stages or {}).items()
+                         if k in STAGES and type(v) is int}, id=row,
+                        plan=said.get("plan") if isinstance(said.get("plan"), dict) else None,
+                        epoch=epoch if type(epoch) is int else None)
+    return timeline

@@ -35,12 +35,14 @@ from labd.hosts.watchdog import (
 from labd.hostwire import (
     HEALTH,
     MAX_GPUS,
+    PROGRESS,
     GpuHealth,
     GpuVerdict,
     Heartbeat,
     JobError,
     JobProgress,
     NicLink,
+    RunState,
     read_event,
     read_heartbeat,
 )
@@ -155,9 +157,12 @@ class HostMonitor(Watchdog):
                         "host": host, "job": message.job, "epoch": message.epoch,
                         "rank": message.rank, "error": message.error})
                 else:
-                    self._publish(EventKind.JOB_PROGRESS, {"host": host, **message.model_dump(
-                        include={"job", "epoch", "run", "rank", "progress", "step", "code",
-                                 "at_ns"})}, lambda who, at: who.job_progress(state, message, at))
+                    key = (message.job, message.run or "", message.rank, message.progress)
+                    if key in state.heard and message.progress != "step":
+                        return None  # told already, by a heartbeat that overtook it
+                    if state.jobs is not None and message.run:
+                        state.heard.add(key)
+                    self._tell_progress(state, message)
         except PayloadError as exc:
             return self._bad(host, kind, str(exc))
         return None
@@ -174,14 +179,24 @@ class HostMonitor(Watchdog):
         self._offline.pop(state.id, None)
         self._set_status(state, text)
 
+    def _tell_progress(self, state: HostState, message: JobProgress, **more: Any) -> None:
+        self._publish(EventKind.JOB_PROGRESS, {"host": state.id, **message.model_dump(
+            include={"job", "epoch", "run", "rank", "progress", "step", "code", "at_ns"}),
+            **more}, lambda who, at: who.job_progress(state, message, at))
+
     def _nic_event(self, state: HostState, message: NicLink) -> None:
-        state.nics[message.nic] = message.up
-        state.version += 1
         if message.at_ns is not None:
             state.nic_since_ns[message.nic] = message.at_ns
+        if state.nics.get(message.nic, not message.up) == message.up:
+            return  # told already, by a heartbeat that overtook this event (its time kept)
+        state.nics[message.nic] = message.up
+        state.version += 1
+        self._tell_nic(state, message)
+
+    def _tell_nic(self, state: HostState, message: NicLink, **more: Any) -> None:
         self._publish(EventKind.NIC_LINK, {"host": state.id, "nic": message.nic,
                                            "up": message.up, "was": message.was,
-                                           "at_ns": message.at_ns},
+                                           "at_ns": message.at_ns, **more},
                       lambda who, at: who.nic_link(state, message, at))
 
     def _gpu_event(self, state: HostState, message: GpuHealth) -> None:
@@ -225,10 +240,20 @@ class HostMonitor(Watchdog):
         # What most heartbeats say is what the last one said: kept as it is, so that the
         # host's JSON is not made again.
         told: list[GpuHealth] = []
+        links: list[NicLink] = []
         if (gpus != state.gpus or nic_map != state.nics or error != state.error
                 or interval_s != state.interval_s):
             if gpus != state.gpus:
                 told = self._learnt(state.gpus, gpus)
+            if nic_map != state.nics:
+                # Heard first here when its event was lost (the broker died between
+                # acknowledging it and delivering it): a recovery may wait for it. When
+                # it changed is known to the heartbeat's send at most.
+                links = [NicLink(nic=nic, up=up, was=state.nics.get(nic), at_ns=sent)
+                         for nic, up in nic_map.items() if state.nics.get(nic) != up]
+                if sent is not None:
+                    for link in links:
+                        state.nic_since_ns[link.nic] = sent
             state.gpus, state.nics, state.error = gpus, nic_map, error
             if interval_s != state.interval_s:
                 self._unwatch(state)
@@ -238,8 +263,40 @@ class HostMonitor(Watchdog):
             self._set_status(state, "online")
         else:
             self._rewatch(state)
+        progress: list[JobProgress] = []
+        if beat.jobs is not None:  # said in some heartbeats only (None: no news)
+            state.jobs_sent_ns = state.last_sent_ns
+            if beat.jobs != state.jobs:
+                progress = self._progress(state, beat.jobs)
         for verdict in told:
             self._tell_gpu(state, verdict, source="heartbeat")
+        for link in links:
+            self._tell_nic(state, link, source="heartbeat")
+        for report in progress:
+            self._tell_progress(state, report, source="heartbeat")
+
+    @staticmethod
+    def _progress(state: HostState, runs: list[RunState]) -> list[JobProgress]:
+        """The progress a heartbeat tells the daemon first (its event was lost, or is still
+        on its way), told as the event would have told it; what the daemon keeps of what
+        it was told follows the runs the host lists."""
+        state.jobs = runs
+        listed = {(r["job"], r["run"]) for r in runs}
+        heard = {k for k in state.heard if (k[0], k[1]) in listed}
+        learnt = []
+        for run in runs:
+            for rank in run["ranks"]:
+                at = rank["at"]
+                for progress in PROGRESS:
+                    key = (run["job"], run["run"], rank["rank"], progress)
+                    if progress in at and key not in heard:
+                        heard.add(key)
+                        learnt.append(JobProgress(
+                            job=run["job"], epoch=run["epoch"], run=run["run"],
+                            rank=rank["rank"], progress=progress, at_ns=at[progress],
+                            code=rank.get("code") if progress == "exited" else None))
+        state.heard = heard
+        return learnt
 
     @staticmethod
     def _learnt(before: list[GpuVerdict], now: list[GpuVerdict]) -> list[GpuHealth]:

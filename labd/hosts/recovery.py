@@ -24,13 +24,14 @@ is usable now (``spare-back``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from labd.errors import JobError, LabdError
+from labd.errors import BusError, JobError, LabdError
 from labd.events import EventHub
 from labd.fabric.engine import Engine, Result
 from labd.hosts.commands import JobCommands
@@ -44,6 +45,11 @@ from labd.store.writer import Store
 from labd.vocabulary import ACTIVE, STAGES, EventKind
 
 log = logging.getLogger(__name__)
+
+RESEND_INTERVALS = 3
+"""Heartbeat intervals between a restart's looks for hosts that did not get it."""
+SEND_RETRY_S = 1.0
+"""Between tries of a restart that the broker did not take (within ``start_timeout_s``)."""
 
 
 class Recovery:
@@ -101,6 +107,11 @@ class Recovery:
         await self._save(timeline)
         self._publish(timeline)
         self.hub.publish(EventKind.JOB_STATE, state.as_dict())
+
+    async def close(self, timeline: Timeline) -> None:
+        """Record ``timeline``'s outcome as it is set, and say so (a ``failover`` event)."""
+        await self._save(timeline)
+        self._publish(timeline)
 
     async def _save(self, timeline: Timeline) -> None:
         timeline.id = await self.store.run_write(self._saving(timeline))
@@ -171,14 +182,61 @@ class Recovery:
             return f"GPU {gpu} of {host.id} is {health or 'not reported'}"
         return None
 
+    async def _take_up(self, state: JobState, failure: Failure, timeline: Timeline) -> bool:
+        """A recovery the leader before stopped in, carried on under its record: its
+        member still the only one down, it goes on as a recovery (True); every member
+        usable (the swap was made, or the member came back), the job is restarted where
+        it is now, since its ranks may run any run or none; else the record is closed and
+        what is down is recovered anew."""
+        timeline.reasons = [*timeline.reasons, "taken up at a takeover"]
+        if state.status not in ACTIVE:
+            await self._finish(state, timeline, "failed",
+                               f"cut off by a leader change; the job is {state.status}")
+            return False
+        down = [m for m in state.members if self._member_problem(m) is not None]
+        if down == [timeline.member] and timeline.trigger != "member-back":
+            timeline.stages["detected"] = failure.detected_ns
+            return True
+        if down:
+            await self._finish(state, timeline, "failed", (
+                f"cut off by a leader change; {', '.join(down)} "
+                f"{'is' if len(down) == 1 else 'are'} down, recovered anew"))
+            if timeline.member in down:  # resume() left it to this record
+                state.failed.discard(timeline.member)  # not dealt with: a new failure
+                state.queue.put_nowait(Failure(
+                    state.entry.id, timeline.member, timeline.host, timeline.gpu,
+                    timeline.trigger, failure.reasons, failure.failure_ns,
+                    failure.reported_ns, failure.detected_ns))
+            return False
+        state.status = "recovering"
+        self._publish(timeline)
+        state.new_run()
+        timeline.epoch = state.epoch
+        now = time.monotonic_ns()
+        problem = await self._restart(state, timeline, [], self.commands.hosts_of(state.members),
+                                      now, now)
+        if problem is not None:
+            await self._finish(state, timeline, *problem, status="degraded")
+        else:
+            await self._finish(state, timeline, "recovered", (
+                "taken up at a takeover: every member usable, the job was restarted on "
+                f"{', '.join(state.members)}"), status="running")
+        return False
+
     async def _recover(self, state: JobState, failure: Failure) -> None:
-        if failure.trigger == "member-back":
+        if failure.taken is not None:
+            timeline = failure.taken
+            if not await self._take_up(state, failure, timeline):
+                return
+        elif failure.trigger == "member-back":
             await self._heal(state, failure)
             return
-        timeline = Timeline(state.entry.id, failure.trigger, failure.member, failure.host,
-                            failure.gpu, failure.reasons,
-                            {"failure": failure.failure_ns, "reported": failure.reported_ns,
-                             "detected": failure.detected_ns})
+        else:
+            timeline = Timeline(state.entry.id, failure.trigger, failure.member, failure.host,
+                                failure.gpu, failure.reasons,
+                                {"failure": failure.failure_ns,
+                                 "reported": failure.reported_ns,
+                                 "detected": failure.detected_ns})
         if failure.member not in state.members:
             await self._finish(state, timeline, "skipped",
                                f"{failure.member} had already been replaced")
@@ -305,23 +363,75 @@ class Recovery:
                                f"{state.entry.link_timeout_s:g} s")
         if links > 0:
             self._stage(timeline, "links_up", links)
-        try:
-            await self.commands.command(state, hosts, "start")
-        except LabdError as exc:
-            return "failed", f"restart not sent: {exc}"
         world = len(state.members)
+        sent: int | None = None
+        # One deadline for the whole restart, as the lab file says: its first step within
+        # start_timeout_s of the links, however many tries the start took.
         try:
-            for stage, progress in (("job_restarted", "started"),
-                                    ("collectives_ready", "ready"), ("first_step", "step")):
-                at = await self.commands.wait_for(partial(self._all_ranks, state, progress, world),
-                                          state.entry.start_timeout_s)
-                self._stage(timeline, stage, at)
+            async with asyncio.timeout(state.entry.start_timeout_s):
+                sent = await self._send_start(state, hosts)
+                at = await self._started(state, hosts, sent, world)
+                self._stage(timeline, "job_restarted", at)
+                for stage, progress in (("collectives_ready", "ready"),
+                                        ("first_step", "step")):
+                    at = await self.commands.wait_for(
+                        partial(self._all_ranks, state, progress, world),
+                        state.entry.start_timeout_s)
+                    self._stage(timeline, stage, at)
         except TimeoutError:
+            if sent is None:
+                return "failed", (f"restart not sent within {state.entry.start_timeout_s:g} s: "
+                                  "the broker did not take it")
             return "timeout", (f"the restarted job did not reach its first step within "
                                f"{state.entry.start_timeout_s:g} s")
         except JobError as exc:
             return "failed", str(exc)
+        except LabdError as exc:
+            return "failed", f"restart not sent: {exc}"
         return None
+
+    async def _send_start(self, state: JobState, hosts: set[str]) -> int:
+        """Send the start to ``hosts``; when it was sent. The broker gone in the send (or
+        away), it is tried again every SEND_RETRY_S: the agents come back to it, and so
+        does the daemon."""
+        while True:
+            try:
+                await self.commands.command(state, hosts, "start")
+                return time.monotonic_ns()
+            except BusError as exc:
+                log.warning("job %s: restart not sent (%s); trying again", state.entry.id,
+                            exc, extra={"job": state.entry.id})
+                await asyncio.sleep(SEND_RETRY_S)
+
+    async def _started(self, state: JobState, hosts: set[str], sent: int, world: int) -> int:
+        """When the last rank started. A host whose heartbeats, sent since the start was,
+        show it does not run the start (the broker acknowledged the command and died
+        before delivering it) is sent it again, every few heartbeat intervals: an agent
+        takes a start it runs already as a repeat."""
+        check = partial(self._all_ranks, state, "started", world)
+        while True:
+            every = RESEND_INTERVALS * max(
+                [h.interval_s or 1.0 for n in hosts if (h := self.hosts.hosts.get(n))]
+                or [1.0])
+            with contextlib.suppress(TimeoutError):
+                return await self.commands.wait_for(check, every)
+            unheard = {n for n in hosts if self._not_running(n, state, sent)}
+            if unheard:
+                log.warning("job %s: %s did not get its start (run %s); sending it again",
+                            state.entry.id, ", ".join(sorted(unheard)), state.run,
+                            extra={"job": state.entry.id})
+                with contextlib.suppress(LabdError):  # tried again at the next round
+                    await self.commands.command(state, unheard, "start")
+
+    def _not_running(self, host: str, state: JobState, sent: int) -> bool:
+        """Whether ``host``'s agent said, in a heartbeat sent after ``sent``, that it does
+        not run the job's current start (an agent that does not say is not judged)."""
+        seen = self.hosts.hosts.get(host)
+        if seen is None or seen.jobs is None or seen.jobs_sent_ns is None or \
+                seen.jobs_sent_ns <= sent or seen.status != "online":
+            return False
+        return not any(r["job"] == state.entry.id and r["run"] == state.run
+                       for r in seen.jobs)
 
     def _links_up(self, made: list[CircuitRoute], dispatched: int, acked: int) -> int | None:
         """When every receiving NIC of a new circuit was up (0: none of them reports its

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from labd.hostwire import GpuVerdict
+from labd.hostwire import GpuVerdict, RunState
 
 STATUSES = ("online", "offline", "lost", "unknown")
 
@@ -28,6 +28,15 @@ class HostState:
     nic_since_ns: dict[str, int] = field(default_factory=dict)
     """When each NIC's link last changed, by the agent's clock."""
     error: str | None = None
+    jobs: list[RunState] | None = None
+    """Each job's latest run on the host, from its last heartbeat that said (None: its
+    agent does not say)."""
+    jobs_sent_ns: int | None = None
+    """When that heartbeat was sent (daemon clock): an agent says its runs in some
+    heartbeats only."""
+    heard: set[tuple[str, str, int, str]] = field(default_factory=set)
+    """(job, run, rank, progress) the daemon was told of, by an event or a heartbeat, for
+    the runs the host's heartbeats list: what a heartbeat tells again is not news."""
     offset_ns: int | None = None
     """Daemon clock minus the agent's, at most: the smallest (received - sent) seen. Agents
     stamp what they observe on their own CLOCK_MONOTONIC, which another machine does not

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from labd.store.models import FailoverTimeline, JobPool
 
-__all__ = ["Recorded", "keep_pool", "load_pools", "save_timeline"]
+__all__ = ["Recorded", "keep_pool", "load_pools", "open_timelines", "save_timeline"]
 
 
 class Recorded(Protocol):
@@ -54,3 +54,10 @@ def load_pools(session: Session) -> tuple[list[FailoverTimeline], list[JobPool]]
     return (list(session.scalars(select(FailoverTimeline).where(
         FailoverTimeline.outcome == "recovered").order_by(FailoverTimeline.id))),
         list(session.scalars(select(JobPool))))
+
+
+def open_timelines(session: Session) -> list[FailoverTimeline]:
+    """The recoveries without an outcome yet (their daemon stopped in them), oldest first."""
+    return list(session.scalars(select(FailoverTimeline).where(
+        FailoverTimeline.outcome.in_(("in-progress", "awaiting-operator"))).order_by(
+            FailoverTimeline.id)))

@@ -107,3 +107,29 @@ async def test_a_job_that_fails_to_start_reports_its_exit() -> None:
         assert exited["code"] == 2 and exited["rank"] == 5
     finally:
         await runner.close()
+
+
+async def test_the_heartbeat_says_each_runs_progress_and_a_repeat_start_is_ignored() -> None:
+    """What the progress events announce is kept for the heartbeat (a daemon whose broker
+    lost the events learns it there), and a start of the run that runs already (heard
+    twice, or sent again to a host whose heartbeat did not show it yet) changes nothing."""
+    reports = Reports()
+    runner = JobRunner("a", {"ring": emulated_job_command(20, 10)}, reports)
+    start = json.dumps({"action": "start", "job": "ring", "epoch": 4, "run": "r4",
+                        "ranks": ranks("a", "b")}).encode()
+    try:
+        await runner.handle(start)
+        step = await reports.wait(run="r4", rank=0, progress="step")
+        (run,) = runner.state()
+        assert (run["job"], run["epoch"], run["run"]) == ("ring", 4, "r4")
+        (rank,) = run["ranks"]  # rank 1 runs on host b
+        assert rank["rank"] == 0 and set(rank["at"]) == {"started", "ready", "step"}
+        assert rank["at"]["step"] == step["at_ns"]
+        (proc,) = runner.running["ring"]
+        await runner.handle(start)
+        assert runner.running["ring"] == [proc] and proc.returncode is None
+        assert len([e for e in reports.items if e["progress"] == "started"]) == 1
+        await runner.handle(b'{"action": "stop", "job": "ring"}')
+        assert runner.state() == []
+    finally:
+        await runner.close()

@@ -85,3 +85,46 @@ async def test_a_long_outage_keeps_the_newest_events_and_says_how_many_went(
     assert [e["step"] for e in link.sent] == [2, 3, 4]
     said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert said == ["host h1: 2 events were dropped while the daemon was out of reach"]
+
+
+async def test_heartbeats_carry_the_jobs_while_they_may_be_news() -> None:
+    """The jobs' runs ride on the first heartbeats of a link (what the last one sent may
+    be lost), on those after a change, and on one in ``JOBS_EVERY`` besides; the others
+    leave them out (a pod's daemon reads every heartbeat)."""
+    a = Agent(lab="x", host="h1", mqtt="mqtt://127.0.0.1:1", backend=EmulatedBackend(1),
+              interval=0.01)
+    beats: list[dict[str, Any]] = []
+    enough = asyncio.Event()
+    wanted = [2 * agent_module.JOBS_EVERY]
+
+    class Beats(Link):
+        async def publish(self, kind: str, payload: bytes, *, reliable: bool = True) -> None:
+            if kind == "heartbeat":
+                beats.append(json.loads(payload))
+                if len(beats) >= wanted[0]:
+                    enough.set()
+
+    a.jobs.runs["ring"] = {"job": "ring", "epoch": 1, "run": "r1",
+                           "ranks": [{"rank": 0, "at": {"started": 5}, "code": None}]}
+    reporting = asyncio.create_task(a._report(Beats()))
+    try:
+        async with asyncio.timeout(10):
+            await enough.wait()
+            carried = [i for i, b in enumerate(beats) if b["jobs"] is not None]
+            news = agent_module.NEWS_BEATS
+            assert carried[:news] == list(range(news))
+            assert set(carried[news:]) <= {i for i in range(len(beats))
+                                           if i % agent_module.JOBS_EVERY == 0}
+            assert beats[0]["jobs"][0]["run"] == "r1"
+            enough.clear()
+            at = len(beats)
+            wanted[0] = at + news + 1
+            a.jobs.runs["ring"]["ranks"][0]["at"]["ready"] = 6
+            a.jobs.version += 1
+            await enough.wait()
+        after = [b for b in beats[at:] if b["jobs"] is not None]
+        assert len(after) >= news and after[0]["jobs"][0]["ranks"][0]["at"]["ready"] == 6
+    finally:
+        reporting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporting

@@ -4,6 +4,7 @@ daemon and no database: the lease is given its epoch as a won acquire would."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
@@ -69,3 +70,22 @@ async def test_a_lease_that_cannot_be_given_up_is_left_to_run_out(
         await leadership.step_down(deadlines.current().times(5))
     assert "the lease was not given up" in caplog.text
     assert not role.lease.holds()  # released locally all the same
+
+
+async def test_a_release_that_times_out_is_said_and_the_step_down_ends(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A SIGTERMed leader whose database did not answer the release in time: a TimeoutError
+    says nothing, and its empty message once ended the step-down with an IndexError (a
+    traceback, exit status 1, in the soak)."""
+    role = won("lab-c", 1)
+    never = asyncio.Event()
+
+    async def release() -> None:
+        await never.wait()
+    role.lease.release = release  # type: ignore[method-assign]
+    leadership = Leadership(role, Takeover(
+        fence=lambda *_: None, resync=lambda: asyncio.sleep(0, []), lead=lambda: 0,
+        publish=lambda *_: None, spawn=lambda *_: None))
+    with caplog.at_level(logging.WARNING, logger="labd.ha.leadership"):
+        await leadership.step_down(0.01)
+    assert "the lease was not given up (TimeoutError)" in caplog.text

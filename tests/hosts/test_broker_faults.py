@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +216,108 @@ async def test_a_gpu_that_fails_in_the_outage_is_recovered_once_the_daemon_hears
         found = await first_outcome(rig, seen, since, 60)
         assert found["trigger"] == "gpu-failed" and found["host"] == "h1"
         assert found["outcome"] == "recovered", found
+        assert rig.daemon.jobs.job("ring4").status == "running"
+        assert seen.kinds("host.lost", since) == []
+    assert quiet(caplog) == []
+
+
+@contextlib.contextmanager
+def broker_dies_with(rig: Rig, broker: Mosquitto, lost: Callable[[str, str, bytes], bool],
+                     down_s: float) -> Iterator[list[tuple[str, bytes]]]:
+    """The broker acknowledges the first message that ``lost`` picks (``lost(host, kind,
+    payload)``: an agent's message to the daemon, or ``job``, the daemon's command to the
+    agent) and dies (SIGKILL) before delivering it, and every such message until it is
+    down, as a Mosquitto without persistence does; it comes back after ``down_s``. Yields
+    the messages lost."""
+    monitor, commands = rig.daemon.hosts, rig.daemon.jobs.commands
+    handle, send = monitor.handle, commands.sender()
+    dropped: list[tuple[str, bytes]] = []
+    crash: list[asyncio.Task[None]] = []
+    sending = asyncio.Condition()
+    inflight = [0]
+
+    async def die() -> None:
+        async with sending:  # the command's other sends acknowledged first
+            await sending.wait_for(lambda: inflight[0] == 0)
+        await broker.stop(signal.SIGKILL)
+        await asyncio.sleep(down_s)  # the fault's length, not a wait for anything
+        await broker.start()
+
+    def dies(host: str, kind: str, payload: bytes) -> bool:
+        if lost(host, kind, payload) and (not crash or not crash[0].done()):
+            dropped.append((host, payload))
+            if not crash:
+                crash.append(asyncio.create_task(die()))
+            return True
+        return False
+
+    def lossy(host: str, kind: str, payload: bytes) -> str | None:
+        return None if dies(host, kind, payload) else handle(host, kind, payload)
+
+    async def lossy_send(host: str, message: dict[str, Any]) -> None:
+        if dies(host, "job", json.dumps(message).encode()):
+            return  # "acknowledged"
+        inflight[0] += 1
+        try:
+            await send(host, message)
+        finally:
+            inflight[0] -= 1
+            async with sending:
+                sending.notify_all()
+
+    monitor.handle = lossy  # type: ignore[method-assign]
+    commands.send = lossy_send
+    try:
+        yield dropped
+    finally:
+        monitor.handle = handle  # type: ignore[method-assign]
+        commands.send = send
+        for task in crash:
+            task.cancel()
+
+
+@pytest.mark.parametrize("what", ["progress", "links", "command"])
+async def test_a_recovery_ends_when_the_broker_dies_with_what_it_waits_for(
+        tmp_path: Path, start_rig: StartRig, caplog: pytest.LogCaptureFixture,
+        what: str) -> None:
+    """The soak's drill that never ended: a recovery's restart waits for every rank's
+    progress (or, before it, for the new circuits' NIC links); the broker acknowledged
+    those events (or the restart command itself) and was killed before delivering them.
+    The agents' heartbeats carry what the events announced and the run each host runs
+    (docs/agent.md), so the daemon learns it once the broker is back, or sends the start
+    again to a host that did not get it, and the recovery ends recovered (before, it
+    waited out ``start_timeout_s``)."""
+    caplog.set_level(logging.WARNING)
+    async with Mosquitto(tmp_path / "broker") as broker, \
+            start_rig(f"lost-{what}", labs.ring_lab(), mqtt=broker.url) as rig:
+        seen = Seen(rig.daemon)
+        await running_job(rig.daemon)
+        state = rig.daemon.jobs.job("ring4")
+        first_run = state.run
+        since = len(seen.events)
+
+        def lost(host: str, kind: str, payload: bytes) -> bool:
+            compact = payload.replace(b" ", b"")
+            if what == "links":
+                return kind == "events" and b'"nic"' in compact and b'"up":true' in compact
+            restarted = state.run != first_run and f'"{state.run}"'.encode() in compact
+            if what == "command":
+                return kind == "job" and host == "h2" and restarted
+            return kind == "events" and restarted
+
+        with broker_dies_with(rig, broker, lost, 2.0) as dropped:
+            next(h for h in rig.hosts if h.id == "h1").fail(0, "xid79")
+            found = await first_outcome(rig, seen, since, 60)
+        assert dropped, f"no {what} message was lost: the test did not test"
+        assert found["trigger"] == "gpu-failed" and found["host"] == "h1"
+        assert found["outcome"] == "recovered", found
+        if what == "command":
+            again = [r for r in caplog.records if "sending it again" in r.getMessage()]
+            assert again and "h2" in again[0].getMessage()
+        else:
+            learnt = [e for e in seen.events[since:] if e.data.get("source") == "heartbeat"
+                      and e.kind in ("job.progress", "nic.link")]
+            assert learnt, "nothing was learnt from a heartbeat"
         assert rig.daemon.jobs.job("ring4").status == "running"
         assert seen.kinds("host.lost", since) == []
     assert quiet(caplog) == []

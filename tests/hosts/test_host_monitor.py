@@ -55,3 +55,40 @@ def test_bad_job_events_are_warnings() -> None:
     # The daemon's own job commands come back on the wildcard subscription: ignored.
     monitor.handle("a", "job", b'{"action": "start"}')
     assert drain(sub) == []
+
+
+def test_a_heartbeat_tells_the_progress_and_links_its_events_did_not() -> None:
+    """An event the broker lost is told from the next heartbeat that carries it, once; one
+    that arrived is not told again, and one that arrives after its heartbeat is not either
+    (but a later step, which the heartbeat does not carry, is)."""
+    hub = EventHub()
+    monitor = HostMonitor(hub, ["a"])
+    _, sub = hub.subscribe()
+
+    def beat(ranks: list[dict], nics: dict[str, bool]) -> None:
+        assert monitor.handle("a", "heartbeat", json.dumps({
+            "gpus": [], "interval_s": 1.0, "sent_ns": time.monotonic_ns(), "nics": nics,
+            "jobs": [{"job": "ring4", "epoch": 2, "run": "r2", "ranks": ranks}]}).encode()) \
+            is None
+
+    def event(**body: object) -> None:
+        assert monitor.handle("a", "events", json.dumps(body).encode()) is None
+
+    beat([{"rank": 0, "at": {}, "code": None}], {"a.nic0": False})
+    drain(sub)
+    event(job="ring4", epoch=2, run="r2", rank=0, progress="started", at_ns=5)
+    # "ready" and the link's coming up were lost: the heartbeat tells them.
+    beat([{"rank": 0, "at": {"started": 5, "ready": 6}, "code": None}], {"a.nic0": True})
+    told = drain(sub)
+    assert [(k, d.get("progress"), d.get("up"), d.get("source")) for k, d in told] == [
+        ("job.progress", "started", None, None), ("nic.link", None, True, "heartbeat"),
+        ("job.progress", "ready", None, "heartbeat")]
+    assert told[2][1]["at_ns"] == 6 and told[2][1]["run"] == "r2"
+    beat([{"rank": 0, "at": {"started": 5, "ready": 6}, "code": None}], {"a.nic0": True})
+    event(job="ring4", epoch=2, run="r2", rank=0, progress="ready", at_ns=6)  # late
+    event(nic="a.nic0", up=True, was=False, at_ns=6)  # late too
+    assert drain(sub) == []
+    beat([{"rank": 0, "at": {"started": 5, "ready": 6, "step": 7}, "code": None}],
+         {"a.nic0": True})
+    event(job="ring4", epoch=2, run="r2", rank=0, progress="step", step=9, at_ns=8)
+    assert [(d["progress"], d["step"]) for _, d in drain(sub)] == [("step", None), ("step", 9)]

@@ -4,6 +4,8 @@ an agent of before the schema sends (docs/agent.md's table) is still read the sa
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from labd.agent.backends import EmulatedBackend
 from labd.agent.reporter import Agent
@@ -31,7 +33,45 @@ async def test_the_agents_heartbeat_is_read_back_as_built() -> None:
     assert [g["index"] for g in read.gpus] == sorted(verdicts) == [0, 1]
     assert read.gpus[0]["health"] == "healthy" and read.nics == {"h1.nic0": True}
     assert set(json.loads(raw)) == {"host", "sent_ns", "at_ns", "interval_s", "lost_gpu",
-                                    "error", "gpus", "nics"}
+                                    "error", "gpus", "nics", "jobs"}
+    assert read.jobs is None  # said in the heartbeats that may bring news alone
+
+
+def test_a_heartbeat_carries_each_runs_progress_read_strictly() -> None:
+    run = {"job": "ring4", "epoch": 3, "run": "ab12",
+           "ranks": [{"rank": 1, "at": {"started": 10, "ready": 11}, "code": None},
+                     {"rank": 2, "at": {"started": 10, "exited": 12}, "code": 1}]}
+    beat = Heartbeat(gpus=[], jobs=[run])  # type: ignore[list-item]
+    read = read_heartbeat(beat.stamped(1))
+    assert type(read) is Heartbeat and read.jobs == [run]
+    # An agent from before runs were carried: nothing said, nothing learnt.
+    assert read_heartbeat(b'{"gpus": []}').jobs is None
+
+
+@pytest.mark.parametrize(("jobs", "kept"), [
+    ('"ring4"', None),
+    ('[{"job": "j"}]', []),
+    ('[5, {"job": "j", "epoch": 1, "run": "r", "ranks": [7, {"rank": 0, "at": '
+     '{"started": 5, "ready": "x", "bogus": 1}, "code": 1.5}]}]',
+     [{"job": "j", "epoch": 1, "run": "r",
+       "ranks": [{"rank": 0, "at": {"started": 5}, "code": None}]}]),
+])
+def test_a_heartbeats_jobs_never_refuse_it(jobs: str, kept: object) -> None:
+    """What the agent runs is a hint: a heartbeat refused for it would be a host not
+    heard, so what the daemon cannot read of it is left out."""
+    read = read_heartbeat(b'{"gpus": [], "jobs": ' + jobs.encode() + b"}")
+    assert read.jobs == kept
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers()
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.sampled_from(["job", "epoch", "run", "ranks", "rank",
+                                                       "at", "code", "started", "step"]),
+                                      inner, max_size=5), max_leaves=30))
+def test_any_jobs_field_is_read_or_left_out(jobs: object) -> None:
+    read = read_heartbeat(json.dumps({"gpus": [], "jobs": jobs}).encode())
+    assert read.jobs is None or all(isinstance(r["ranks"], list) for r in read.jobs)
 
 
 def test_the_documented_json_of_earlier_agents_is_read() -> None:
