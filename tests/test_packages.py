@@ -11,7 +11,7 @@ PACKAGES = ["labd", "labd.store", "labd.lab", "labd.measure", "labd.client", "la
             "labd.agent", "labd.hosts", "labd.testing", "labd.emulation", "tui",
             "tui.screens", "tui.tabs", "emulators", "emulators.devices", "emulators.physics",
             "emulators.wire", "labd.commands.measure", "instruments", "instruments.adapters",
-            "instruments.transports"]
+            "instruments.transports", "labd.adapters"]
 
 
 def test_every_package_names_what_it_offers() -> None:
